@@ -1,0 +1,41 @@
+# kubegan developer entry points. `make install` is idempotent; `make test` runs every tier.
+SHELL := /bin/bash
+PY_VERSION ?= 3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+# uv keeps one wheel cache per machine; hardlinks make a second .venv (a fresh clone) nearly free.
+export UV_CACHE_DIR ?= $(HOME)/.cache/uv
+export UV_LINK_MODE ?= hardlink
+
+.PHONY: install test test-unit test-trainer test-cluster lint demo cluster-up cluster-down crd clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@command -v uv >/dev/null 2>&1 || [ -x "$(UV)" ] || python3 -m pip install --user --quiet uv
+	[ -x $(PY) ] || $(UV) venv --python $(PY_VERSION) --seed $(VENV)
+	$(UV) pip install --python $(PY) -e '.[operator,torch,tensorflow,dev]'
+	touch $@
+
+test: install
+	$(PY) -m pytest tests -q
+
+test-unit: install
+	$(PY) -m pytest tests/unit -q
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check operator trainer tests
+
+crd: install
+	$(VENV)/bin/kubegan crd > crds/gantrainingjobs.kubegan.io.yaml
+
+demo: install
+	$(VENV)/bin/kubegan run examples/digits-local.yaml
+
+# --- local control plane (hack/README.md) ---
+.PHONY: cluster-binaries
+cluster-binaries: ; bash hack/build-binaries.sh
+cluster-up: ; bash hack/cluster-up.sh
+cluster-down: ; bash hack/cluster-down.sh

@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# Bring up the local kubegan control plane: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler and the KWOK controller (fake nodes annotated kwok.x-k8s.io/node=fake),
+# all as background processes of this machine. No Docker, no kubelet.
+#
+# Idempotent: components already running (pid alive + healthy) are left alone, missing
+# ones are (re)started; if everything is up it just says so.
+#
+# State lives in <repo>/.cluster/ (removed by hack/cluster-down.sh):
+#   .cluster/kubeconfig        admin kubeconfig (client cert in group system:masters)
+#   .cluster/bin/              kubectl helm kwok etcd etcdctl kube-* (symlinks into the cache)
+#   .cluster/env               `source .cluster/env` -> KUBECONFIG and PATH
+#   .cluster/logs/<name>.log   one log per process;  .cluster/pids/<name>.pid
+#   .cluster/pki/              CA, serving/client certs, service-account key pair
+#   .cluster/etcd/             etcd data
+#
+# Ports (all on 127.0.0.1; override through the environment):
+#   KUBEGAN_APISERVER_PORT   6443   kube-apiserver (https)
+#   KUBEGAN_ETCD_PORT        2379   etcd client (http); peer port = this + 1
+#   KUBEGAN_KCM_PORT         10257  kube-controller-manager healthz (https)
+#   KUBEGAN_SCHEDULER_PORT   10259  kube-scheduler healthz (https)
+# Other settings:
+#   KUBEGAN_CLUSTER_DIR      state dir (default <repo>/.cluster)
+#   KUBEGAN_NODE_GRACE       kube-controller-manager --node-monitor-grace-period (default 20s)
+#   KUBEGAN_KWOK_STAGES      KWOK stage config (default hack/kwok/stages.yaml)
+#   KUBEGAN_UP_TIMEOUT       seconds to wait for each component (default 120)
+set -Eeuo pipefail
+trap 'echo "cluster-up.sh: FAILED at line $LINENO: $BASH_COMMAND (logs: $LOGS)" >&2' ERR
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+CLUSTER_DIR="${KUBEGAN_CLUSTER_DIR:-$REPO_ROOT/.cluster}"
+APISERVER_PORT="${KUBEGAN_APISERVER_PORT:-6443}"
+ETCD_PORT="${KUBEGAN_ETCD_PORT:-2379}"
+ETCD_PEER_PORT="$((ETCD_PORT + 1))"
+KCM_PORT="${KUBEGAN_KCM_PORT:-10257}"
+SCHEDULER_PORT="${KUBEGAN_SCHEDULER_PORT:-10259}"
+NODE_GRACE="${KUBEGAN_NODE_GRACE:-20s}"
+KWOK_STAGES="${KUBEGAN_KWOK_STAGES:-$HACK_DIR/kwok/stages.yaml}"
+TIMEOUT="${KUBEGAN_UP_TIMEOUT:-120}"
+SERVICE_CIDR=10.0.0.0/24
+POD_CIDR=10.244.0.0/16
+
+BIN="$CLUSTER_DIR/bin"; PKI="$CLUSTER_DIR/pki"; LOGS="$CLUSTER_DIR/logs"; PIDS="$CLUSTER_DIR/pids"
+KCFG_DIR="$CLUSTER_DIR/kubeconfigs"; ADMIN_KUBECONFIG="$CLUSTER_DIR/kubeconfig"
+APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
+
+log() { printf '[cluster-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[cluster-up] ERROR: %s\n' "$*" >&2; exit 1; }
+
+kubectl() { "$BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+
+# ---------------------------------------------------------------- processes
+pid_alive() {  # pid_alive <name>: the pid file's process runs the expected binary
+  local f="$PIDS/$1.pid" pid
+  [[ -f "$f" ]] || return 1
+  pid="$(cat "$f" 2>/dev/null)"; [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  grep -q "$CLUSTER_DIR" "/proc/$pid/cmdline" 2>/dev/null   # not a recycled pid
+}
+
+start_proc() {  # start_proc <name> <binary> args...
+  local name="$1"; shift
+  : >"$LOGS/$name.log"
+  # setsid: own session/process group, survives this script; cluster-down kills the group.
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/$name.pid"
+  log "started $name (pid $!, log ${LOGS#"$REPO_ROOT/"}/$name.log)"
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+require_port_free() {  # require_port_free <port> <what>
+  port_free "$1" || die "port $1 ($2) is in use by another process; set ${3} to another port or run hack/cluster-down.sh"
+}
+
+wait_for() {  # wait_for <name> <description> <command...>
+  local name="$1" what="$2"; shift 2
+  local deadline=$((SECONDS + TIMEOUT))
+  until "$@" >/dev/null 2>&1; do
+    if ! pid_alive "$name"; then
+      tail -n 30 "$LOGS/$name.log" >&2 || true
+      die "$name exited while waiting for $what (log: $LOGS/$name.log)"
+    fi
+    ((SECONDS < deadline)) || { tail -n 30 "$LOGS/$name.log" >&2 || true; die "timed out after ${TIMEOUT}s waiting for $what"; }
+    sleep 1
+  done
+}
+
+# ---------------------------------------------------------------- certificates
+gen_cert() {  # gen_cert <name> <subject> <extensions...>  (signed by the local CA)
+  local name="$1" subj="$2" ext="$3"
+  [[ -s "$PKI/$name.crt" && -s "$PKI/$name.key" ]] && return 0
+  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  printf '%b\n' "$ext" >"$PKI/$name.ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr"
+}
+
+gen_pki() {
+  mkdir -p "$PKI"; chmod 700 "$PKI"
+  if [[ ! -s "$PKI/ca.crt" ]]; then
+    log "generating certificates in ${PKI#"$REPO_ROOT/"}"
+    rm -f "$PKI"/*.crt "$PKI"/*.key   # a new CA invalidates every leaf
+    openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+    openssl req -x509 -new -nodes -key "$PKI/ca.key" -subj "/CN=kubegan-local-ca" -days 3650 -sha256 \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+      -out "$PKI/ca.crt" 2>/dev/null
+  fi
+  local client="basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+  gen_cert apiserver "/CN=kube-apiserver" \
+    "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  gen_cert admin "/O=system:masters/CN=kubegan-admin" "$client"
+  gen_cert controller-manager "/CN=system:kube-controller-manager" "$client"
+  gen_cert scheduler "/CN=system:kube-scheduler" "$client"
+  # KWOK patches node and pod status of arbitrary nodes: give it cluster-admin rights.
+  gen_cert kwok "/O=system:masters/CN=kwok-controller" "$client"
+  if [[ ! -s "$PKI/sa.key" ]]; then
+    openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  fi
+}
+
+write_kubeconfig() {  # write_kubeconfig <file> <cert-name> <user>
+  local file="$1" cert="$2" user="$3"
+  cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubegan-local
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 <"$PKI/$cert.crt")
+    client-key-data: $(base64 -w0 <"$PKI/$cert.key")
+contexts:
+- name: kubegan-local
+  context: {cluster: kubegan-local, user: $user, namespace: default}
+current-context: kubegan-local
+EOF
+  chmod 600 "$file"
+}
+
+# ---------------------------------------------------------------- components
+apiserver_ready() {
+  curl -fsS --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "$APISERVER_URL/readyz" | grep -qx ok
+}
+etcd_healthy() { curl -fsS --max-time 3 "http://127.0.0.1:$ETCD_PORT/health" | grep -q '"health":"true"'; }
+healthz_ok() { curl -fsSk --max-time 3 "https://127.0.0.1:$1/healthz" | grep -qx ok; }
+
+start_etcd() {
+  if pid_alive etcd && etcd_healthy; then log "etcd: running"; return; fi
+  pid_alive etcd && die "etcd is running but unhealthy (see $LOGS/etcd.log); run hack/cluster-down.sh"
+  require_port_free "$ETCD_PORT" "etcd client" KUBEGAN_ETCD_PORT
+  require_port_free "$ETCD_PEER_PORT" "etcd peer" KUBEGAN_ETCD_PORT
+  mkdir -p "$CLUSTER_DIR/etcd"; chmod 700 "$CLUSTER_DIR/etcd"
+  start_proc etcd "$BIN/etcd" \
+    --name=kubegan --data-dir="$CLUSTER_DIR/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="kubegan=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync=true --quota-backend-bytes=4294967296 --log-level=warn
+  wait_for etcd "etcd /health" etcd_healthy
+  log "etcd: healthy on 127.0.0.1:$ETCD_PORT"
+}
+
+start_apiserver() {
+  if pid_alive kube-apiserver && apiserver_ready; then log "kube-apiserver: running"; return; fi
+  if pid_alive kube-apiserver; then
+    log "kube-apiserver: running, waiting for /readyz"
+  else
+    require_port_free "$APISERVER_PORT" "kube-apiserver" KUBEGAN_APISERVER_PORT
+    start_proc kube-apiserver "$BIN/kube-apiserver" \
+      --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+      --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+      --cert-dir="$PKI" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+      --client-ca-file="$PKI/ca.crt" \
+      --authorization-mode=Node,RBAC \
+      --enable-admission-plugins=NodeRestriction \
+      --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+      --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+      --service-cluster-ip-range="$SERVICE_CIDR" \
+      --allow-privileged=true --profiling=false --anonymous-auth=true \
+      --enable-bootstrap-token-auth=false --event-ttl=1h
+  fi
+  wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready
+  log "kube-apiserver: ready at $APISERVER_URL"
+}
+
+start_controller_manager() {
+  if pid_alive kube-controller-manager && healthz_ok "$KCM_PORT"; then log "kube-controller-manager: running"; return; fi
+  if ! pid_alive kube-controller-manager; then
+    require_port_free "$KCM_PORT" "kube-controller-manager" KUBEGAN_KCM_PORT
+    local kc="$KCFG_DIR/controller-manager.kubeconfig"
+    start_proc kube-controller-manager "$BIN/kube-controller-manager" \
+      --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+      --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+      --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+      --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+      --use-service-account-credentials=true --controllers='*' \
+      --service-cluster-ip-range="$SERVICE_CIDR" --cluster-name=kubegan \
+      --node-monitor-grace-period="$NODE_GRACE" --node-monitor-period=2s \
+      --leader-elect=false --profiling=false
+  fi
+  wait_for kube-controller-manager "kube-controller-manager /healthz" healthz_ok "$KCM_PORT"
+  log "kube-controller-manager: healthy (node-monitor-grace-period=$NODE_GRACE)"
+}
+
+start_scheduler() {
+  if pid_alive kube-scheduler && healthz_ok "$SCHEDULER_PORT"; then log "kube-scheduler: running"; return; fi
+  if ! pid_alive kube-scheduler; then
+    require_port_free "$SCHEDULER_PORT" "kube-scheduler" KUBEGAN_SCHEDULER_PORT
+    local kc="$KCFG_DIR/scheduler.kubeconfig"
+    start_proc kube-scheduler "$BIN/kube-scheduler" \
+      --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+      --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
+      --leader-elect=false --profiling=false
+  fi
+  wait_for kube-scheduler "kube-scheduler /healthz" healthz_ok "$SCHEDULER_PORT"
+  log "kube-scheduler: healthy"
+}
+
+start_kwok() {
+  if pid_alive kwok; then log "kwok: running"; return; fi
+  [[ -f "$KWOK_STAGES" ]] || die "missing KWOK stage config $KWOK_STAGES"
+  cp -f "$KWOK_STAGES" "$CLUSTER_DIR/kwok-stages.yaml"
+  start_proc kwok "$BIN/kwok" \
+    --kubeconfig="$KCFG_DIR/kwok.kubeconfig" \
+    --config="$CLUSTER_DIR/kwok-stages.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --cidr="$POD_CIDR" --node-lease-duration-seconds=40
+  # kwok has no health endpoint unless it serves one; it logs "Starting" once its informers run.
+  local deadline=$((SECONDS + 30))
+  until grep -qiE 'start|watch' "$LOGS/kwok.log" 2>/dev/null; do
+    pid_alive kwok || { tail -n 30 "$LOGS/kwok.log" >&2; die "kwok exited (log: $LOGS/kwok.log)"; }
+    ((SECONDS < deadline)) || break
+    sleep 1
+  done
+  sleep 2
+  pid_alive kwok || { tail -n 30 "$LOGS/kwok.log" >&2; die "kwok exited (log: $LOGS/kwok.log)"; }
+  log "kwok: running (manages nodes annotated kwok.x-k8s.io/node=fake)"
+}
+
+wait_default_serviceaccount() {
+  local deadline=$((SECONDS + TIMEOUT))
+  until kubectl -n default get serviceaccount default >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "serviceaccount default/default was not created (see $LOGS/kube-controller-manager.log)"
+    sleep 1
+  done
+  log "namespace default and serviceaccount default/default exist"
+}
+
+install_crds() {
+  local crd_dir="$REPO_ROOT/crds"
+  if ! compgen -G "$crd_dir/*.yaml" >/dev/null && ! compgen -G "$crd_dir/*.yml" >/dev/null; then
+    log "no CRD files in crds/ yet; skipping CRD install"
+    return
+  fi
+  [[ -f "$crd_dir/gantrainingjobs.kubegan.io.yaml" ]] || log "note: crds/gantrainingjobs.kubegan.io.yaml not found; applying what is there"
+  log "applying CRDs from crds/"
+  kubectl apply --server-side --force-conflicts -f "$crd_dir" >&2
+  kubectl wait --for=condition=Established --timeout="${TIMEOUT}s" -f "$crd_dir" >&2
+}
+
+main() {
+  log "building / reusing binaries"
+  bash "$HACK_DIR/build-binaries.sh" --link "$BIN"
+  mkdir -p "$LOGS" "$PIDS" "$KCFG_DIR"
+  gen_pki
+  write_kubeconfig "$ADMIN_KUBECONFIG" admin kubegan-admin
+  write_kubeconfig "$KCFG_DIR/controller-manager.kubeconfig" controller-manager system:kube-controller-manager
+  write_kubeconfig "$KCFG_DIR/scheduler.kubeconfig" scheduler system:kube-scheduler
+  write_kubeconfig "$KCFG_DIR/kwok.kubeconfig" kwok kwok-controller
+  cat >"$CLUSTER_DIR/env" <<EOF
+# source this file: kubectl/helm/kwok from .cluster/bin, admin kubeconfig
+export KUBECONFIG="$ADMIN_KUBECONFIG"
+export PATH="$BIN:\$PATH"
+EOF
+
+  local all_up=1 c
+  for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do pid_alive "$c" || all_up=0; done
+  if ((all_up)) && etcd_healthy && apiserver_ready && healthz_ok "$KCM_PORT" && healthz_ok "$SCHEDULER_PORT"; then
+    log "cluster already up and healthy"
+  fi
+  start_etcd
+  start_apiserver
+  start_controller_manager
+  start_scheduler
+  start_kwok
+  wait_default_serviceaccount
+  install_crds
+  log "cluster is up: $APISERVER_URL"
+  log "  export KUBECONFIG=$ADMIN_KUBECONFIG   (or: source ${CLUSTER_DIR#"$REPO_ROOT/"}/env)"
+  log "  kubectl: $BIN/kubectl   logs: $LOGS/"
+}
+
+main "$@"

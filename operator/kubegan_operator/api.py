@@ -1,0 +1,399 @@
+"""The GANTrainingJob resource (kubegan.io/v1alpha1): spec, status and cross-field rules.
+
+These models are the single source of the API: `kubegan validate` uses them directly and
+`kubegan crd` generates the CRD schema (with the same rules as CEL) from them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any
+
+from kubegan_trainer.config import (
+    MODELS_BY_FRAMEWORK,
+    SOURCES_BY_MODEL,
+    ApiModel,
+    CheckpointSpec,
+    DataSource,
+    DataSpec,
+    Framework,
+    ModelName,
+    ModelSpec,
+    MonitoringSpec,
+    Strategy,
+    TrainerConfig,
+    TrainingSpec,
+)
+from pydantic import Field, PlainValidator, WithJsonSchema, model_validator
+from pydantic_core import PydanticCustomError
+
+GROUP = "kubegan.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "GANTrainingJob"
+PLURAL = "gantrainingjobs"
+SINGULAR = "gantrainingjob"
+SHORT_NAMES = ["ganjob", "ganjobs"]
+
+MAX_WORKERS = 1000
+WORKER_SUFFIX = "-worker-"
+# The longest name for which `<name>-worker-<MAX_WORKERS-1>` is still a 63-character DNS label
+# (the pod's hostname).
+MAX_NAME_LENGTH = 63 - len(WORKER_SUFFIX) - len(str(MAX_WORKERS - 1))
+DNS_1035_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+# Kubernetes resource quantities ("500m", "4", "16Gi"), as the apiserver accepts them.
+QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+
+
+def _quantity(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError("must be a Kubernetes quantity such as 500m, 4 or 16Gi")
+    text = str(value)
+    if not re.fullmatch(QUANTITY_PATTERN, text):
+        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 500m, 4 or 16Gi")
+    return text
+
+
+Quantity = Annotated[
+    str,
+    PlainValidator(_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+
+
+class SpotPolicy(StrEnum):
+    allowed = "allowed"
+    required = "required"
+    never = "never"
+
+
+class CleanPodPolicy(StrEnum):
+    running = "Running"
+    all = "All"
+    none = "None"
+
+
+class Phase(StrEnum):
+    pending = "Pending"
+    running = "Running"
+    restarting = "Restarting"
+    succeeded = "Succeeded"
+    failed = "Failed"
+    suspended = "Suspended"
+
+
+class TpuSpec(ApiModel):
+    accelerator: str = Field(
+        min_length=1,
+        max_length=63,
+        description="GKE TPU type, label cloud.google.com/gke-tpu-accelerator "
+        "(e.g. tpu-v5-lite-podslice).",
+    )
+    topology: str = Field(
+        pattern=r"^[1-9][0-9]*(x[1-9][0-9]*){1,2}$",
+        description="Slice topology, label cloud.google.com/gke-tpu-topology (e.g. 4x4).",
+    )
+
+
+class ResourcesSpec(ApiModel):
+    gpus: Annotated[int, Field(ge=1, le=4096)] | None = Field(
+        default=None, description="Total GPUs; the operator picks workers x gpusPerWorker."
+    )
+    workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = Field(
+        default=None, description="Explicit number of workers (one per node)."
+    )
+    gpus_per_worker: Annotated[int, Field(ge=0, le=64)] | None = Field(
+        default=None, description="GPUs per worker with explicit workers; 0 = CPU-only."
+    )
+    accelerator: str = Field(
+        default="",
+        max_length=63,
+        description="GPU type matched against node labels, e.g. nvidia-tesla-v100.",
+    )
+    tpu: TpuSpec | None = Field(default=None, description="A GKE TPU slice (tensorflow only).")
+    cpu: Quantity | None = Field(default=None, description="CPU request per worker.")
+    memory: Quantity | None = Field(default=None, description="Memory request per worker.")
+
+
+class Toleration(ApiModel):
+    key: str = Field(default="", max_length=316)
+    operator: str = Field(default="Equal", pattern=r"^(Equal|Exists)$")
+    value: str = Field(default="", max_length=63)
+    effect: str = Field(default="", pattern=r"^(|NoSchedule|PreferNoSchedule|NoExecute)$")
+    toleration_seconds: int | None = Field(default=None)
+
+
+class PlacementSpec(ApiModel):
+    spot: SpotPolicy = Field(default=SpotPolicy.allowed)
+    node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra={"default": {}})
+    tolerations: list[Toleration] = Field(default_factory=list, json_schema_extra={"default": []})
+
+
+class RunPolicySpec(ApiModel):
+    backoff_limit: int = Field(default=3, ge=0, le=1000)
+    max_preemptions: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Infrastructure restarts tolerated; null = unlimited."
+    )
+    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = None
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] | None = None
+    clean_pod_policy: CleanPodPolicy = Field(default=CleanPodPolicy.running)
+    suspend: bool = False
+
+
+class CostSpec(ApiModel):
+    accelerator_hourly_price: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="USD per accelerator-hour; overrides the price table."
+    )
+
+
+@dataclass(frozen=True)
+class CrossFieldRule:
+    """One rule between fields, enforced by pydantic here and by CEL in the apiserver."""
+
+    field_path: str  # relative to spec, as CEL's fieldPath (".resources")
+    message: str
+    cel: str  # evaluated with self = spec
+    holds: Callable[[GANTrainingJobSpec], bool]
+
+
+def _exactly_one_shape(s: GANTrainingJobSpec) -> bool:
+    r = s.resources
+    return sum(x is not None for x in (r.gpus, r.workers, r.tpu)) == 1
+
+
+CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        ".resources",
+        "exactly one of gpus, workers or tpu must be set",
+        "[has(self.resources.gpus), has(self.resources.workers), has(self.resources.tpu)]"
+        ".filter(x, x).size() == 1",
+        _exactly_one_shape,
+    ),
+    CrossFieldRule(
+        ".resources.gpusPerWorker",
+        "gpusPerWorker is only valid together with workers",
+        "!has(self.resources.gpusPerWorker) || has(self.resources.workers)",
+        lambda s: s.resources.gpus_per_worker is None or s.resources.workers is not None,
+    ),
+    CrossFieldRule(
+        ".resources.gpusPerWorker",
+        "gpusPerWorker is required with workers (0 for CPU-only workers)",
+        "!has(self.resources.workers) || has(self.resources.gpusPerWorker)",
+        lambda s: s.resources.workers is None or s.resources.gpus_per_worker is not None,
+    ),
+    CrossFieldRule(
+        ".resources.accelerator",
+        "accelerator selects GPUs and cannot be combined with tpu or gpusPerWorker 0",
+        "self.resources.accelerator == '' || (!has(self.resources.tpu) && "
+        "!(has(self.resources.gpusPerWorker) && self.resources.gpusPerWorker == 0))",
+        lambda s: (
+            s.resources.accelerator == ""
+            or (s.resources.tpu is None and s.resources.gpus_per_worker != 0)
+        ),
+    ),
+    CrossFieldRule(
+        ".resources.tpu",
+        "tpu requires framework tensorflow",
+        "!has(self.resources.tpu) || self.framework == 'tensorflow'",
+        lambda s: s.resources.tpu is None or s.framework == Framework.tensorflow,
+    ),
+    CrossFieldRule(
+        ".strategy",
+        "strategy tpu requires resources.tpu",
+        "self.strategy != 'tpu' || has(self.resources.tpu)",
+        lambda s: s.strategy != Strategy.tpu or s.resources.tpu is not None,
+    ),
+    CrossFieldRule(
+        ".strategy",
+        "resources.tpu requires strategy tpu or auto",
+        "!has(self.resources.tpu) || self.strategy in ['tpu', 'auto']",
+        lambda s: s.resources.tpu is None or s.strategy in (Strategy.tpu, Strategy.auto),
+    ),
+    CrossFieldRule(
+        ".strategy",
+        "strategy tpu requires framework tensorflow",
+        "self.strategy != 'tpu' || self.framework == 'tensorflow'",
+        lambda s: s.strategy != Strategy.tpu or s.framework == Framework.tensorflow,
+    ),
+    CrossFieldRule(
+        ".strategy",
+        "strategy mirrored runs one worker; use multi-worker or auto for several",
+        "self.strategy != 'mirrored' || !has(self.resources.workers) || "
+        "self.resources.workers == 1",
+        lambda s: (
+            s.strategy != Strategy.mirrored
+            or s.resources.workers is None
+            or s.resources.workers == 1
+        ),
+    ),
+    CrossFieldRule(
+        ".training.zero",
+        "zero requires framework pytorch",
+        "!self.training.zero || self.framework == 'pytorch'",
+        lambda s: not s.training.zero or s.framework == Framework.pytorch,
+    ),
+    CrossFieldRule(
+        ".model.name",
+        "pix2pix is only available with framework pytorch",
+        "self.model.name != 'pix2pix' || self.framework == 'pytorch'",
+        lambda s: s.model.name in MODELS_BY_FRAMEWORK[s.framework],
+    ),
+    CrossFieldRule(
+        ".model.entrypoint",
+        "entrypoint is required for model custom",
+        "self.model.name != 'custom' || self.model.entrypoint != ''",
+        lambda s: s.model.name != ModelName.custom or s.model.entrypoint != "",
+    ),
+    CrossFieldRule(
+        ".model.entrypoint",
+        "entrypoint is only used by model custom",
+        "self.model.name == 'custom' || self.model.entrypoint == ''",
+        lambda s: s.model.name == ModelName.custom or s.model.entrypoint == "",
+    ),
+    CrossFieldRule(
+        ".data.path",
+        "path is required for data source files",
+        "self.data.source != 'files' || self.data.path != ''",
+        lambda s: s.data.source != DataSource.files or s.data.path != "",
+    ),
+    CrossFieldRule(
+        ".data.source",
+        "digits are 8x8 images; gan3d and pix2pix need source synthetic or files",
+        "self.data.source != 'digits' || !(self.model.name in ['gan3d', 'pix2pix'])",
+        lambda s: s.data.source in SOURCES_BY_MODEL[s.model.name],
+    ),
+)
+
+
+class GANTrainingJobSpec(ApiModel):
+    framework: Framework = Field(description="tensorflow | pytorch.")
+    strategy: Strategy = Field(
+        default=Strategy.auto, description="auto | mirrored | multi-worker | tpu (tensorflow)."
+    )
+    image: str = Field(default="", max_length=512, description="Trainer image override.")
+    model: ModelSpec
+    data: DataSpec = Field(default_factory=DataSpec, json_schema_extra={"default": {}})
+    training: TrainingSpec = Field(default_factory=TrainingSpec, json_schema_extra={"default": {}})
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, json_schema_extra={"default": {}}
+    )
+    placement: PlacementSpec = Field(
+        default_factory=PlacementSpec, json_schema_extra={"default": {}}
+    )
+    checkpoint: CheckpointSpec = Field(
+        default_factory=CheckpointSpec, json_schema_extra={"default": {}}
+    )
+    run_policy: RunPolicySpec = Field(
+        default_factory=RunPolicySpec, json_schema_extra={"default": {}}
+    )
+    cost: CostSpec = Field(default_factory=CostSpec, json_schema_extra={"default": {}})
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec, json_schema_extra={"default": {}}
+    )
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> GANTrainingJobSpec:
+        broken = [rule for rule in CROSS_FIELD_RULES if not rule.holds(self)]
+        if broken:
+            # One error per broken rule; `loc` is filled in by the caller from field_path.
+            raise PydanticCustomError(
+                "cross_field",
+                "{rules}",
+                {"rules": [(r.field_path, r.message) for r in broken]},
+            )
+        return self
+
+
+class ObjectMeta(ApiModel):
+    """The part of metadata kubegan reads; everything else is passed through untouched."""
+
+    model_config = ApiModel.model_config | {"extra": "allow"}
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_1035_PATTERN)
+    namespace: str = Field(
+        default="default", max_length=63, pattern=DNS_1035_PATTERN.replace("^[a-z]", "^[a-z0-9]")
+    )
+
+
+class GANTrainingJob(ApiModel):
+    api_version: str
+    kind: str
+    metadata: ObjectMeta
+    spec: GANTrainingJobSpec
+    status: dict[str, Any] | None = None
+
+    def trainer_config(self) -> TrainerConfig:
+        s = self.spec
+        return TrainerConfig(
+            job_name=self.metadata.name,
+            framework=s.framework,
+            strategy=s.strategy,
+            model=s.model,
+            data=s.data,
+            training=s.training,
+            checkpoint=s.checkpoint,
+            monitoring=s.monitoring,
+        )
+
+
+# ---- status -------------------------------------------------------------------------------
+
+
+class Condition(ApiModel):
+    type: str
+    status: str = Field(pattern=r"^(True|False|Unknown)$")
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+
+
+class PlacementStatus(ApiModel):
+    workers: int = 0
+    gpus_per_worker: int = 0
+    nodes: list[str] = Field(default_factory=list)
+    spot: bool = False
+
+
+class ProgressStatus(ApiModel):
+    epoch: int = 0
+    epochs: int = 0
+    last_epoch_seconds: float | None = None
+
+
+class CheckpointStatus(ApiModel):
+    epoch: int = 0
+    step: int = 0
+    time: str = ""
+
+
+class CostStatus(ApiModel):
+    dollars: float = 0.0
+    rate_per_hour: float = 0.0
+
+
+class GANTrainingJobStatus(ApiModel):
+    # Status is written by the operator only; tolerate fields a newer operator may add.
+    model_config = ApiModel.model_config | {"extra": "ignore"}
+
+    phase: Phase = Phase.pending
+    conditions: list[Condition] = Field(default_factory=list)
+    placement: PlacementStatus | None = None
+    progress: ProgressStatus | None = None
+    last_checkpoint: CheckpointStatus | None = None
+    restarts: int = 0
+    preemptions: int = 0
+    cost: CostStatus | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    attempt: int = Field(default=0, description="Gang generation: bumped on every restart.")
+    observed_generation: int | None = None

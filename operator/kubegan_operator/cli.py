@@ -1,0 +1,208 @@
+"""The `kubegan` command line (DESIGN §7).
+
+Exit codes: 0 success, 2 bad input (one line per problem on stderr), 3 infeasible plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from kubegan_operator import __version__
+from kubegan_operator.loading import InputError, load_job, load_objects
+from kubegan_operator.planner import Plan, plan, static_plan
+from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.topology import build_inventory
+
+EXIT_BAD_INPUT = 2
+EXIT_INFEASIBLE = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line and exit 2 like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message}\n")
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    """Multi-line strings (the config.json) as literal blocks, as kubectl users read them."""
+
+
+_ManifestDumper.add_representer(
+    str,
+    lambda dumper, value: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None
+    ),
+)
+
+
+def _prices(path: str | None) -> PriceTable:
+    if path is None:
+        return DEFAULT_PRICES
+    try:
+        return PriceTable.from_file(path)
+    except FileNotFoundError:
+        raise InputError([f"{path}: no such file"]) from None
+    except (ValueError, yaml.YAMLError, AttributeError) as err:
+        raise InputError([f"{path}: {str(err).splitlines()[0]}"]) from None
+
+
+def _plan_for(args: argparse.Namespace, job_path: str) -> tuple[Plan, object]:
+    job = load_job(job_path)
+    prices = _prices(getattr(args, "prices", None))
+    if args.nodes is None:
+        return static_plan(job.spec, prices), job
+    nodes = load_objects(args.nodes, "Node")
+    pods = load_objects(args.pods, "Pod") if args.pods else []
+    inventory = build_inventory(nodes, pods)
+    if inventory.problems:
+        raise InputError(inventory.problems)
+    return plan(job.spec, inventory, prices), job
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from kubegan_operator.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    load_job(args.job)
+    print("valid")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    result, _ = _plan_for(args, args.job)
+    print(json.dumps(result.to_json(), indent=2))
+    return 0 if result.feasible else EXIT_INFEASIBLE
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from kubegan_operator.render import render_all
+
+    result, job = _plan_for(args, args.job)
+    if not result.feasible:
+        print(f"kubegan render: {result.reason}", file=sys.stderr)
+        return EXIT_INFEASIBLE if args.nodes else EXIT_BAD_INPUT
+    manifests = render_all(job, result)  # type: ignore[arg-type]
+    sys.stdout.write(yaml.dump_all(manifests, Dumper=_ManifestDumper, sort_keys=False, width=100))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    # Imported here: the trainer's local runner is not needed by any other subcommand.
+    from kubegan_trainer.local_run import run_local
+
+    static = static_plan(job.spec)
+    if job.spec.resources.tpu is not None:
+        raise InputError(["spec.resources.tpu: a TPU slice cannot run locally; use a cluster"])
+    workers = static.workers if static.feasible else 1
+    gpus = static.gpus_per_worker if static.feasible else (job.spec.resources.gpus or 0)
+    output = Path(args.output) if args.output else Path("runs") / job.metadata.name
+    return run_local(
+        job.trainer_config(),
+        workers=workers,
+        gpus_per_worker=gpus,
+        output_dir=output,
+        cost_rate_per_hour=static.cost_per_hour,
+        namespace=job.metadata.namespace,
+    )
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from kubegan_operator.main import run_operator
+
+    return run_operator(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kubegan",
+        description="Distributed GAN training on Kubernetes: validate, plan, render and run "
+        "GANTrainingJob files, or run the operator.",
+    )
+    parser.add_argument("--version", action="version", version=f"kubegan {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("crd", help="print the GANTrainingJob CRD YAML")
+    p.set_defaults(func=cmd_crd)
+
+    p = sub.add_parser(
+        "validate",
+        help="check a job file",
+        description="Exit 0 printing 'valid', or exit 2 with one line per problem as "
+        "'<dotted.path>: <reason>'.",
+    )
+    p.add_argument("job", metavar="JOB.yaml")
+    p.set_defaults(func=cmd_validate)
+
+    for name, func, helptext in (
+        ("plan", cmd_plan, "print the placement as JSON; exit 3 when infeasible"),
+        ("render", cmd_render, "print the Service/ConfigMap/Pods the operator would create"),
+    ):
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        p.add_argument("job", metavar="JOB.yaml")
+        p.add_argument(
+            "--nodes",
+            metavar="NODES.yaml",
+            required=name == "plan",
+            help="nodes as `kubectl get nodes -o yaml` prints them, or a YAML stream",
+        )
+        p.add_argument(
+            "--pods", metavar="PODS.yaml", help="running pods (`kubectl get pods -A -o yaml`)"
+        )
+        p.add_argument(
+            "--prices",
+            metavar="PRICES.yaml",
+            help="price table {source, asOf, accelerators: {NAME: {onDemand, spot}}}",
+        )
+        p.set_defaults(func=func)
+
+    p = sub.add_parser(
+        "run",
+        help="run the job on this machine (no cluster)",
+        description="Run the workers as local processes with checkpoints, samples and "
+        "metrics in DIR; run again on the same DIR to resume.",
+    )
+    p.add_argument("job", metavar="JOB.yaml")
+    p.add_argument("--output", metavar="DIR", help="output directory (default runs/<name>)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "operator",
+        help="run the operator in the foreground against the current kubeconfig",
+    )
+    p.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
+    p.add_argument("--metrics-port", type=int, default=8000, help="operator metrics port")
+    p.add_argument("--health-port", type=int, default=8080, help="liveness endpoint port")
+    p.add_argument("--prices", metavar="PRICES.yaml", help="price table file")
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(func=cmd_operator)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InputError as err:
+        for line in err.problems:
+            print(line, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

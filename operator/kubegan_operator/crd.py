@@ -1,0 +1,187 @@
+"""Generate the GANTrainingJob CRD from the pydantic models (DESIGN §2).
+
+The output is a structural OpenAPI v3 schema: every `$ref` inlined, JSON Schema 2020 idioms
+rewritten to what the apiserver accepts, defaults kept, and the cross-field rules attached as
+CEL `x-kubernetes-validations` so the apiserver refuses what `kubegan validate` refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kubegan_operator.api import (
+    CROSS_FIELD_RULES,
+    DNS_1035_PATTERN,
+    GROUP,
+    KIND,
+    MAX_NAME_LENGTH,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+    GANTrainingJobSpec,
+    GANTrainingJobStatus,
+)
+
+# JSON Schema keywords the apiserver's structural schema does not take.
+_DROPPED_KEYS = {"title", "additionalProperties", "$defs", "examples"}
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Workers", "type": "integer", "jsonPath": ".status.placement.workers"},
+    {"name": "GPUs/Worker", "type": "integer", "jsonPath": ".status.placement.gpusPerWorker"},
+    {"name": "Epoch", "type": "integer", "jsonPath": ".status.progress.epoch"},
+    {
+        "name": "Epoch-Time",
+        "type": "number",
+        "jsonPath": ".status.progress.lastEpochSeconds",
+        "description": "Seconds the last epoch took",
+    },
+    {
+        "name": "Cost",
+        "type": "number",
+        "jsonPath": ".status.cost.dollars",
+        "description": "Accrued cost in USD",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_resolve(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _resolve(merged, defs)
+    return {k: _resolve(v, defs) for k, v in node.items()}
+
+
+def _structural(node: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite one (already inlined) JSON Schema node into a structural OpenAPI v3 node."""
+    node = dict(node)
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        branches = [b for b in any_of if b.get("type") != "null"]
+        if node.get("x-kubernetes-int-or-string"):
+            node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        elif len(branches) == 1:
+            # Optional[X]: nulls are pruned by the apiserver, so the field is just X.
+            node = {**branches[0], **node}
+        else:
+            raise ValueError(f"cannot express union in a structural schema: {any_of}")
+    if node.get("default", 0) is None:
+        del node["default"]
+    if "exclusiveMinimum" in node and not isinstance(node["exclusiveMinimum"], bool):
+        node["minimum"], node["exclusiveMinimum"] = node["exclusiveMinimum"], True
+    if "exclusiveMaximum" in node and not isinstance(node["exclusiveMaximum"], bool):
+        node["maximum"], node["exclusiveMaximum"] = node["exclusiveMaximum"], True
+    if node.get("type") == "object" and "properties" not in node:
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict) and extra:
+            node["additionalProperties"] = _structural(extra)
+            return {
+                k: v for k, v in node.items() if k not in _DROPPED_KEYS - {"additionalProperties"}
+            }
+        node["x-kubernetes-preserve-unknown-fields"] = True
+    if "properties" in node:
+        node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
+    if "items" in node:
+        node["items"] = _structural(node["items"])
+    return {k: v for k, v in node.items() if k not in _DROPPED_KEYS}
+
+
+def model_schema(model: type, mode: str = "validation") -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode=mode)
+    return _structural(_resolve(raw, raw.get("$defs", {})))
+
+
+def spec_schema() -> dict[str, Any]:
+    schema = model_schema(GANTrainingJobSpec)
+    schema["properties"]["placement"]["properties"]["tolerations"]["maxItems"] = 64
+    schema["x-kubernetes-validations"] = [
+        {"rule": r.cel, "message": r.message, "fieldPath": r.field_path} for r in CROSS_FIELD_RULES
+    ]
+    return schema
+
+
+def status_schema() -> dict[str, Any]:
+    schema = model_schema(GANTrainingJobStatus, mode="serialization")
+    # kopf keeps its own bookkeeping under status; let it through.
+    schema["x-kubernetes-preserve-unknown-fields"] = True
+    schema.pop("required", None)
+    for prop in schema["properties"].values():
+        prop.pop("required", None)
+        for sub in prop.get("properties", {}).values():
+            sub.pop("required", None)
+        if "items" in prop:
+            prop["items"].pop("required", None)
+    return schema
+
+
+def crd() -> dict[str, Any]:
+    name_rule = (
+        f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && "
+        f"self.metadata.name.matches('{DNS_1035_PATTERN}')"
+    )
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{GROUP}",
+            "labels": {"app.kubernetes.io/name": "kubegan", "app.kubernetes.io/part-of": "kubegan"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": ["all", "kubegan"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "Distributed GAN training placed to match node "
+                            "topology, resumed from checkpoints after preemption.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                                "status": status_schema(),
+                            },
+                            "x-kubernetes-validations": [
+                                {
+                                    "rule": name_rule,
+                                    "message": f"metadata.name must be a DNS-1035 label of at "
+                                    f"most {MAX_NAME_LENGTH} characters so that "
+                                    "'<name>-worker-<index>' is a valid pod name",
+                                }
+                            ],
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    header = "# Generated by `kubegan crd` from kubegan_operator.api. Do not edit by hand.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=100)

@@ -1,0 +1,395 @@
+"""Topology-aware placement (DESIGN §3) as pure functions.
+
+The fastest shape on GPU clusters is one worker per node holding all of that node's GPUs, so
+for `gpus: G` we take the largest divisor d of G that `G/d` eligible nodes can each hold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubegan_trainer.config import Framework, Strategy
+
+from kubegan_operator.api import GANTrainingJobSpec, SpotPolicy
+from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable, cost_per_hour
+from kubegan_operator.topology import (
+    GPU_TAINT_KEYS,
+    SPOT_TAINT_KEYS,
+    TPU_TAINT_KEYS,
+    Inventory,
+    NodeInfo,
+    Taint,
+    parse_quantity,
+)
+
+MAX_LISTED = 6  # skipped nodes named in a reason before "and N more"
+
+
+@dataclass(frozen=True)
+class Plan:
+    feasible: bool
+    workers: int = 0
+    gpus_per_worker: int = 0
+    tpu_chips_per_worker: int = 0
+    strategy: str = ""
+    nodes: tuple[str, ...] = ()
+    spot: bool = False
+    pool: str = ""
+    pool_label: str = ""
+    accelerator: str = ""
+    cost_per_hour: float = 0.0
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "feasible": self.feasible,
+            "workers": self.workers,
+            "gpusPerWorker": self.gpus_per_worker,
+            "tpuChipsPerWorker": self.tpu_chips_per_worker,
+            "strategy": self.strategy,
+            "nodes": list(self.nodes),
+            "spot": self.spot,
+            "pool": self.pool,
+            "accelerator": self.accelerator,
+            "costPerHour": self.cost_per_hour,
+            "reason": self.reason,
+        }
+
+
+# ---- tolerations --------------------------------------------------------------------------
+
+
+def automatic_tolerations(spec: GANTrainingJobSpec) -> list[dict[str, str]]:
+    """The well-known taints kubegan tolerates by itself for what the job uses."""
+    keys: list[str] = []
+    if spec.resources.tpu is not None:
+        keys += TPU_TAINT_KEYS
+    elif (spec.resources.gpus or spec.resources.gpus_per_worker or 0) > 0:
+        keys += GPU_TAINT_KEYS
+    if spec.placement.spot != SpotPolicy.never:
+        keys += SPOT_TAINT_KEYS
+    return [{"key": k, "operator": "Exists"} for k in keys]
+
+
+def job_tolerations(spec: GANTrainingJobSpec) -> list[dict[str, Any]]:
+    user = [t.to_api() for t in spec.placement.tolerations]
+    return automatic_tolerations(spec) + [t for t in user if t not in automatic_tolerations(spec)]
+
+
+def tolerates(tolerations: Sequence[dict[str, Any]], taint: Taint) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.effect:
+            continue
+        if t.get("operator", "Equal") == "Exists":
+            if not t.get("key") or t["key"] == taint.key:
+                return True
+        elif t.get("key") == taint.key and t.get("value", "") == taint.value:
+            return True
+    return False
+
+
+# ---- eligibility --------------------------------------------------------------------------
+
+
+def ineligibility(node: NodeInfo, spec: GANTrainingJobSpec) -> str | None:
+    """Why `node` cannot run a worker of this job at all, or None if it can."""
+    if not node.ready:
+        return "NotReady"
+    if node.unschedulable:
+        return "cordoned"
+    policy = spec.placement.spot
+    if policy == SpotPolicy.never and node.spot:
+        return "spot node (placement.spot: never)"
+    if policy == SpotPolicy.required and not node.spot:
+        return "not a spot node (placement.spot: required)"
+    for key, value in spec.placement.node_selector.items():
+        if node.labels.get(key) != value:
+            return f"nodeSelector {key}={value} not matched"
+    accelerator = spec.resources.accelerator
+    if accelerator and accelerator not in (
+        node.accelerator,
+        node.labels.get("nvidia.com/gpu.product", ""),
+    ):
+        return f"accelerator {node.accelerator or 'none'}, want {accelerator}"
+    tolerations = job_tolerations(spec)
+    for taint in node.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return f"taint {taint} not tolerated"
+    fits = _fits_cpu_memory(node, spec)
+    if fits:
+        return fits
+    return None
+
+
+def _fits_cpu_memory(node: NodeInfo, spec: GANTrainingJobSpec) -> str | None:
+    r = spec.resources
+    if r.cpu is not None and node.free_cpu < parse_quantity(r.cpu):
+        return f"{_fmt(node.free_cpu)} CPU free, need {r.cpu}"
+    if r.memory is not None and node.free_memory < parse_quantity(r.memory):
+        return f"{_fmt(node.free_memory / 2**30)}Gi memory free, need {r.memory}"
+    return None
+
+
+def _fmt(d: Decimal) -> str:
+    return f"{float(d):.3g}"
+
+
+# ---- shape and node choice ----------------------------------------------------------------
+
+
+def divisors_descending(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)}, reverse=True)
+
+
+def choose_gpu_shape(total: int, free_gpus: Sequence[int], single_worker: bool) -> int | None:
+    """Largest d dividing `total` such that total/d nodes each have d free GPUs."""
+    for d in divisors_descending(total):
+        if single_worker and d != total:
+            continue
+        if sum(f >= d for f in free_gpus) >= total // d:
+            return d
+    return None
+
+
+def choose_nodes(candidates: Sequence[NodeInfo], workers: int, per_worker: int) -> list[NodeInfo]:
+    """`workers` nodes from `candidates` (each already fits): one pool holding the whole job,
+    then spot (cheaper), then best fit, then name."""
+
+    def node_key(n: NodeInfo) -> tuple[int, int, str]:
+        return (0 if n.spot else 1, n.free_gpus - per_worker, n.name)
+
+    by_pool: dict[str, list[NodeInfo]] = {}
+    for n in candidates:
+        if n.pool:
+            by_pool.setdefault(n.pool, []).append(n)
+    options: list[tuple[tuple[int, int, str], list[NodeInfo]]] = []
+    for pool, nodes in by_pool.items():
+        if len(nodes) >= workers:
+            chosen = sorted(nodes, key=node_key)[:workers]
+            spot_rank = 0 if all(n.spot for n in chosen) else 1
+            waste = sum(n.free_gpus - per_worker for n in chosen)
+            options.append(((spot_rank, waste, pool), chosen))
+    if options:
+        return min(options, key=lambda o: o[0])[1]
+    return sorted(candidates, key=node_key)[:workers]
+
+
+def resolve_strategy(spec: GANTrainingJobSpec, workers: int) -> str:
+    if spec.framework == Framework.pytorch:
+        return "ddp"
+    if spec.resources.tpu is not None:
+        return "tpu"
+    if spec.strategy != Strategy.auto:
+        return spec.strategy.value
+    return "mirrored" if workers == 1 else "multi-worker"
+
+
+def _skipped_summary(skipped: Sequence[tuple[str, str]]) -> str:
+    if not skipped:
+        return ""
+    listed = "; ".join(f"{name}: {why}" for name, why in skipped[:MAX_LISTED])
+    more = f"; and {len(skipped) - MAX_LISTED} more" if len(skipped) > MAX_LISTED else ""
+    return f" Skipped nodes: {listed}{more}."
+
+
+def plan(
+    spec: GANTrainingJobSpec,
+    inventory: Inventory,
+    prices: PriceTable = DEFAULT_PRICES,
+) -> Plan:
+    eligible: list[NodeInfo] = []
+    skipped: list[tuple[str, str]] = []
+    for node in inventory.nodes:
+        why = ineligibility(node, spec)
+        if why is None:
+            eligible.append(node)
+        else:
+            skipped.append((node.name, why))
+    if spec.resources.tpu is not None:
+        return _plan_tpu(spec, eligible, skipped, prices)
+    return _plan_gpu(spec, eligible, skipped, prices)
+
+
+def _filters(spec: GANTrainingJobSpec) -> str:
+    parts = []
+    if spec.resources.accelerator:
+        parts.append(f"accelerator {spec.resources.accelerator}")
+    if spec.placement.spot != SpotPolicy.allowed:
+        parts.append(f"spot {spec.placement.spot.value}")
+    if spec.placement.node_selector:
+        parts.append(
+            "nodeSelector "
+            + ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
+        )
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _plan_gpu(
+    spec: GANTrainingJobSpec,
+    eligible: list[NodeInfo],
+    skipped: list[tuple[str, str]],
+    prices: PriceTable,
+) -> Plan:
+    r = spec.resources
+    free = sorted((n.free_gpus for n in eligible), reverse=True)
+    free_text = ", ".join(map(str, free[:12])) + (" …" if len(free) > 12 else "")
+    if r.gpus is not None:
+        single = spec.strategy == Strategy.mirrored
+        d = choose_gpu_shape(r.gpus, [n.free_gpus for n in eligible], single)
+        if d is None:
+            shape = "one node" if single else "G/d nodes with d free GPUs each, for a divisor d"
+            return Plan(
+                False,
+                strategy=resolve_strategy(spec, 0),
+                reason=f"no placement for {r.gpus} GPUs{_filters(spec)}: need {shape}; "
+                f"{len(eligible)} eligible node(s) with free GPUs [{free_text}]."
+                + _skipped_summary(skipped),
+            )
+        workers, per_worker = r.gpus // d, d
+    else:
+        workers, per_worker = r.workers or 1, r.gpus_per_worker or 0
+    candidates = [n for n in eligible if n.free_gpus >= per_worker]
+    if len(candidates) < workers:
+        what = f"{per_worker} free GPUs" if per_worker else "room for a CPU worker"
+        return Plan(
+            False,
+            workers=workers,
+            gpus_per_worker=per_worker,
+            strategy=resolve_strategy(spec, workers),
+            reason=f"need {workers} node(s) with {what}{_filters(spec)}, one worker per node; "
+            f"{len(candidates)} eligible node(s) qualify (free GPUs [{free_text}])."
+            + _skipped_summary(skipped),
+        )
+    chosen = choose_nodes(candidates, workers, per_worker)
+    return _feasible(spec, chosen, per_worker, 0, prices)
+
+
+def topology_chips(topology: str) -> int:
+    return math.prod(int(x) for x in topology.split("x"))
+
+
+def _plan_tpu(
+    spec: GANTrainingJobSpec,
+    eligible: list[NodeInfo],
+    skipped: list[tuple[str, str]],
+    prices: PriceTable,
+) -> Plan:
+    tpu = spec.resources.tpu
+    assert tpu is not None
+    chips = topology_chips(tpu.topology)
+    slices: dict[str, list[NodeInfo]] = {}
+    for n in eligible:
+        if n.tpu_accelerator == tpu.accelerator and n.tpu_topology == tpu.topology:
+            slices.setdefault(n.pool or n.name, []).append(n)
+    notes: list[str] = []
+    options: list[tuple[tuple[int, str], list[NodeInfo]]] = []
+    for pool, hosts in sorted(slices.items()):
+        per_host = max(h.tpu_chips for h in hosts)
+        if per_host == 0 or chips % per_host:
+            notes.append(f"slice {pool}: {per_host} chips per host do not divide {chips}")
+            continue
+        need = chips // per_host
+        ready = [h for h in hosts if h.tpu_chips == per_host and h.free_tpu_chips == per_host]
+        if len(ready) < need:
+            notes.append(f"slice {pool}: {len(ready)} of {need} hosts free and eligible")
+            continue
+        chosen = sorted(ready, key=lambda h: h.name)[:need]
+        options.append(((0 if all(h.spot for h in chosen) else 1, pool), chosen))
+    if not options:
+        detail = "; ".join(notes) if notes else "no eligible node carries those TPU labels"
+        return Plan(
+            False,
+            strategy="tpu",
+            reason=f"no free TPU slice {tpu.accelerator} {tpu.topology}{_filters(spec)}: "
+            f"{detail}." + _skipped_summary(skipped),
+        )
+    chosen = min(options, key=lambda o: o[0])[1]
+    return _feasible(spec, chosen, 0, chosen[0].tpu_chips, prices)
+
+
+def _feasible(
+    spec: GANTrainingJobSpec,
+    chosen: list[NodeInfo],
+    gpus_per_worker: int,
+    tpu_chips_per_worker: int,
+    prices: PriceTable,
+) -> Plan:
+    def accelerator_of(n: NodeInfo) -> str:
+        return n.tpu_accelerator if tpu_chips_per_worker else n.accelerator
+
+    rate = cost_per_hour(
+        gpus_per_worker or tpu_chips_per_worker,
+        [(accelerator_of(n), n.spot) for n in chosen],
+        prices,
+        spec.cost.accelerator_hourly_price,
+    )
+    pools = {(n.pool, n.pool_label) for n in chosen}
+    accelerators = (
+        {accelerator_of(n) for n in chosen} if (gpus_per_worker or tpu_chips_per_worker) else set()
+    )
+    return Plan(
+        True,
+        workers=len(chosen),
+        gpus_per_worker=gpus_per_worker,
+        tpu_chips_per_worker=tpu_chips_per_worker,
+        strategy=resolve_strategy(spec, len(chosen)),
+        nodes=tuple(n.name for n in chosen),
+        spot=all(n.spot for n in chosen),
+        pool=next(iter(pools))[0] if len(pools) == 1 else "",
+        pool_label=next(iter(pools))[1] if len(pools) == 1 else "",
+        accelerator=accelerators.pop() if len(accelerators) == 1 else "",
+        cost_per_hour=rate,
+        reason="",
+    )
+
+
+# Single-host slices of these types hold up to 8 chips; multi-host slices have 4 per host.
+SINGLE_HOST_8_CHIP_TPUS = ("tpu-v5-lite-podslice", "tpu-v6e-slice")
+
+
+def static_plan(spec: GANTrainingJobSpec, prices: PriceTable = DEFAULT_PRICES) -> Plan:
+    """The shape when no nodes are known (`kubegan render` without --nodes): explicit
+    workers, or a TPU slice sized from its topology. `gpus` needs nodes to choose a shape."""
+    r = spec.resources
+    if r.tpu is not None:
+        chips = topology_chips(r.tpu.topology)
+        single = chips <= 8 and r.tpu.accelerator in SINGLE_HOST_8_CHIP_TPUS
+        per_host = chips if single else min(4, chips)
+        hosts = chips // per_host
+        price = r.tpu and cost_per_hour(
+            per_host,
+            [(r.tpu.accelerator, False)] * hosts,
+            prices,
+            spec.cost.accelerator_hourly_price,
+        )
+        return Plan(
+            True,
+            workers=hosts,
+            tpu_chips_per_worker=per_host,
+            strategy="tpu",
+            accelerator=r.tpu.accelerator,
+            cost_per_hour=price,
+        )
+    if r.workers is None:
+        return Plan(
+            False,
+            strategy=resolve_strategy(spec, 0),
+            reason="spec.resources.gpus: the shape depends on the nodes; pass --nodes",
+        )
+    per_worker = r.gpus_per_worker or 0
+    rate = cost_per_hour(
+        per_worker, [(r.accelerator, False)] * r.workers, prices, spec.cost.accelerator_hourly_price
+    )
+    return Plan(
+        True,
+        workers=r.workers,
+        gpus_per_worker=per_worker,
+        strategy=resolve_strategy(spec, r.workers),
+        accelerator=r.accelerator,
+        cost_per_hour=rate,
+    )

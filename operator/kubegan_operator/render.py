@@ -1,0 +1,324 @@
+"""The Service, ConfigMap and worker Pods of a job (DESIGN §4), as plain manifests.
+
+Pure: given a job, its plan and (when known) its uid, return the objects. The operator
+creates them; `kubegan render` prints them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubegan_trainer.cluster_env import (
+    CHECKPOINT_ROOT,
+    CONFIG_PATH,
+    TF_WORKER_PORT,
+    TORCH_MASTER_PORT,
+    TPU_WORKER_PORT,
+    WorkerTopology,
+    build_worker_env,
+)
+from kubegan_trainer.config import Framework
+
+from kubegan_operator import __version__
+from kubegan_operator.api import API_VERSION, KIND, WORKER_SUFFIX, GANTrainingJob, SpotPolicy
+from kubegan_operator.planner import Plan, job_tolerations
+from kubegan_operator.topology import (
+    GPU_RESOURCE,
+    HOSTNAME_LABEL,
+    SPOT_LABELS,
+    TPU_ACCELERATOR_LABEL,
+    TPU_RESOURCE,
+    TPU_TOPOLOGY_LABEL,
+)
+
+JOB_NAME_LABEL = "kubegan.io/job-name"
+WORKER_INDEX_LABEL = "kubegan.io/worker-index"
+ATTEMPT_LABEL = "kubegan.io/attempt"
+GANG_GATE = "kubegan.io/gang"
+CONTAINER_NAME = "trainer"
+RUN_AS_USER = 1000
+TERMINATION_GRACE_SECONDS = 60
+DEFAULT_IMAGES = {
+    Framework.pytorch: f"ghcr.io/kubegan/trainer-torch:{__version__}",
+    Framework.tensorflow: f"ghcr.io/kubegan/trainer-tf:{__version__}",
+}
+
+
+def worker_name(job_name: str, index: int) -> str:
+    return f"{job_name}{WORKER_SUFFIX}{index}"
+
+
+def labels_for(job: GANTrainingJob) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "kubegan-trainer",
+        "app.kubernetes.io/instance": job.metadata.name,
+        "app.kubernetes.io/component": "worker",
+        "app.kubernetes.io/part-of": "kubegan",
+        "app.kubernetes.io/managed-by": "kubegan-operator",
+        JOB_NAME_LABEL: job.metadata.name,
+    }
+
+
+def owner_references(job: GANTrainingJob, uid: str | None) -> list[dict[str, Any]]:
+    if not uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": job.metadata.name,
+            "uid": uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _metadata(job: GANTrainingJob, name: str, uid: str | None, **labels: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": job.metadata.namespace,
+        "labels": {**labels_for(job), **labels},
+    }
+    refs = owner_references(job, uid)
+    if refs:
+        meta["ownerReferences"] = refs
+    return meta
+
+
+def peer_port(job: GANTrainingJob, plan: Plan) -> int:
+    if plan.tpu_chips_per_worker:
+        return TPU_WORKER_PORT
+    return TF_WORKER_PORT if job.spec.framework == Framework.tensorflow else TORCH_MASTER_PORT
+
+
+def render_service(job: GANTrainingJob, plan: Plan, uid: str | None = None) -> dict[str, Any]:
+    name = job.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, name, uid),
+        "spec": {
+            "clusterIP": "None",
+            # Workers rendezvous before they are Ready; they must resolve each other anyway.
+            "publishNotReadyAddresses": True,
+            "selector": {JOB_NAME_LABEL: name},
+            "ports": [
+                {"name": "peer", "port": peer_port(job, plan), "protocol": "TCP"},
+                {"name": "metrics", "port": job.spec.monitoring.metrics_port, "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def render_config_map(job: GANTrainingJob, uid: str | None = None) -> dict[str, Any]:
+    config = job.trainer_config().to_api()
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(job, f"{job.metadata.name}-config", uid),
+        "data": {"config.json": json.dumps(config, indent=2, sort_keys=True) + "\n"},
+    }
+
+
+def worker_hosts(job: GANTrainingJob, plan: Plan) -> list[str]:
+    name, ns, port = job.metadata.name, job.metadata.namespace, peer_port(job, plan)
+    return [f"{worker_name(name, i)}.{name}.{ns}.svc:{port}" for i in range(plan.workers)]
+
+
+def node_affinity(job: GANTrainingJob, plan: Plan) -> dict[str, Any]:
+    """Required: the planned pool and the spot policy; preferred: the planned nodes."""
+    base: list[dict[str, Any]] = []
+    if plan.pool:
+        base.append({"key": plan.pool_label, "operator": "In", "values": [plan.pool]})
+    tpu = job.spec.resources.tpu
+    if tpu is not None:
+        base.append({"key": TPU_ACCELERATOR_LABEL, "operator": "In", "values": [tpu.accelerator]})
+        base.append({"key": TPU_TOPOLOGY_LABEL, "operator": "In", "values": [tpu.topology]})
+    policy = job.spec.placement.spot
+    if policy == SpotPolicy.never:
+        base += [{"key": k, "operator": "NotIn", "values": [v]} for k, v in SPOT_LABELS.items()]
+        terms = [base]
+    elif policy == SpotPolicy.required:
+        # Node selector terms are ORed: one term per way a node can say it is spot.
+        terms = [
+            base + [{"key": k, "operator": "In", "values": [v]}] for k, v in SPOT_LABELS.items()
+        ]
+    else:
+        terms = [base]
+    affinity: dict[str, Any] = {}
+    if any(terms):
+        affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+        }
+    if plan.nodes:
+        affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {
+                "weight": 50,
+                "preference": {
+                    "matchExpressions": [
+                        {"key": HOSTNAME_LABEL, "operator": "In", "values": list(plan.nodes)}
+                    ]
+                },
+            }
+        ]
+    return affinity
+
+
+def render_pod(
+    job: GANTrainingJob,
+    plan: Plan,
+    index: int,
+    *,
+    uid: str | None = None,
+    attempt: int = 0,
+    cost_rate_per_hour: float | None = None,
+    image: str | None = None,
+) -> dict[str, Any]:
+    spec = job.spec
+    name = job.metadata.name
+    pod_name = worker_name(name, index)
+    output_dir = f"{CHECKPOINT_ROOT}/{name}"
+    env = build_worker_env(
+        WorkerTopology(
+            job_name=name,
+            namespace=job.metadata.namespace,
+            framework=spec.framework.value,
+            tpu=bool(plan.tpu_chips_per_worker),
+            hosts=worker_hosts(job, plan),
+            index=index,
+            gpus_per_worker=plan.gpus_per_worker,
+            config_path=CONFIG_PATH,
+            checkpoint_dir=f"{output_dir}/checkpoints",
+            output_dir=output_dir,
+            metrics_port=spec.monitoring.metrics_port,
+            cost_rate_per_hour=plan.cost_per_hour
+            if cost_rate_per_hour is None
+            else cost_rate_per_hour,
+        )
+    )
+    env_list = [{"name": k, "value": v} for k, v in env.items()]
+    env_list.append({"name": "HOME", "value": "/tmp"})
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    if spec.resources.cpu is not None:
+        requests["cpu"] = str(spec.resources.cpu)
+    if spec.resources.memory is not None:
+        requests["memory"] = limits["memory"] = str(spec.resources.memory)
+    if plan.gpus_per_worker:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(plan.gpus_per_worker)
+    if plan.tpu_chips_per_worker:
+        requests[TPU_RESOURCE] = limits[TPU_RESOURCE] = str(plan.tpu_chips_per_worker)
+
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": f"{name}-config"}},
+        {"name": "tmp", "emptyDir": {}},
+        # NCCL and DataLoader workers need more shared memory than the runtime's 64 MiB.
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {
+            "name": "checkpoints",
+            "persistentVolumeClaim": {"claimName": spec.checkpoint.claim_name}
+            if spec.checkpoint.claim_name
+            else None,
+            "emptyDir": None if spec.checkpoint.claim_name else {},
+        },
+    ]
+    volumes[-1] = {k: v for k, v in volumes[-1].items() if v is not None}
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": "/etc/kubegan", "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "checkpoints", "mountPath": CHECKPOINT_ROOT},
+    ]
+    if spec.data.claim_name:
+        volumes.append(
+            {
+                "name": "data",
+                "persistentVolumeClaim": {"claimName": spec.data.claim_name, "readOnly": True},
+            }
+        )
+        mounts.append({"name": "data", "mountPath": "/data", "readOnly": True})
+
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image or spec.image or DEFAULT_IMAGES[spec.framework],
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "kubegan_trainer"],
+        "env": env_list,
+        "ports": [
+            {"name": "peer", "containerPort": peer_port(job, plan), "protocol": "TCP"},
+            {"name": "metrics", "containerPort": spec.monitoring.metrics_port, "protocol": "TCP"},
+        ],
+        "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v},
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "hostname": pod_name,
+        "subdomain": name,
+        "restartPolicy": "Never",  # the operator restarts the whole gang, never one worker
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "schedulingGates": [{"name": GANG_GATE}],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {JOB_NAME_LABEL: name}},
+                        "topologyKey": HOSTNAME_LABEL,
+                    }
+                ]
+            }
+        },
+        "tolerations": job_tolerations(spec),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if spec.placement.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
+    na = node_affinity(job, plan)
+    if na:
+        pod_spec["affinity"]["nodeAffinity"] = na
+    meta = _metadata(
+        job, pod_name, uid, **{WORKER_INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
+    )
+    meta["annotations"] = {
+        "kubegan.io/planned-nodes": ",".join(plan.nodes),
+        "kubegan.io/strategy": plan.strategy,
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+def render_all(
+    job: GANTrainingJob,
+    plan: Plan,
+    *,
+    uid: str | None = None,
+    attempt: int = 0,
+    image: str | None = None,
+) -> list[dict[str, Any]]:
+    if not plan.feasible:
+        raise ValueError(f"cannot render an infeasible plan: {plan.reason}")
+    return [
+        render_service(job, plan, uid),
+        render_config_map(job, uid),
+        *(
+            render_pod(job, plan, i, uid=uid, attempt=attempt, image=image)
+            for i in range(plan.workers)
+        ),
+    ]

@@ -1,0 +1,217 @@
+"""Checkpoint bookkeeping, framework-free (DESIGN §5).
+
+Layout under the checkpoint directory:
+
+    ckpt-000003-000000/         epoch 3 finished (3 epochs done, step 0 of epoch 4)
+        state.pt                backend-specific payload files ...
+        manifest.json           written last: position, time, size + sha256 of every file
+    ckpt-000003-000120/         mid-epoch: 3 epochs done, 120 steps of epoch 4 done
+    .tmp-ckpt-.../              being written; never considered
+
+A checkpoint is written into a `.tmp-*` folder and renamed into place, so a pod killed
+while writing leaves no torn "latest". The manifest's checksums catch a checkpoint
+damaged after the fact (a bad disk, a truncated copy); discovery then falls back to the
+previous one with a warning. Backends only fill a folder with files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubegan_trainer.errors import TrainerError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+_NAME = re.compile(r"^ckpt-(\d{6,})-(\d{8,})$")
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where training stands: `epoch` epochs fully done, `step` steps into the next one."""
+
+    epoch: int
+    step: int
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    path: Path
+    position: Position
+    created: float
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def checkpoint_name(pos: Position) -> str:
+    return f"ckpt-{pos.epoch:06d}-{pos.step:08d}"
+
+
+class CheckpointStore:
+    """Writes, lists, validates and prunes checkpoints in one directory."""
+
+    def __init__(self, root: Path, keep: int, warn: Callable[[str], None] | None = None) -> None:
+        if keep < 1:
+            raise ValueError("keep must be >= 1")
+        self.root = Path(root)
+        self.keep = keep
+        self._warn = warn or log.warning
+
+    # ---- writing -------------------------------------------------------------------
+    def begin(self, pos: Position) -> Path:
+        """A fresh staging folder for the checkpoint at `pos`; fill it, then `commit`."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = self.root / f".tmp-{checkpoint_name(pos)}-{os.getpid()}-{time.time_ns()}"
+        staging.mkdir()
+        return staging
+
+    def commit(self, staging: Path, pos: Position, extra: dict | None = None) -> CheckpointRef:
+        """Checksum the staged files, write the manifest, fsync, rename into place, prune."""
+        files = {}
+        for f in sorted(p for p in staging.iterdir() if p.is_file()):
+            files[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+            _fsync_file(f)
+        created = time.time()
+        manifest = {
+            "epoch": pos.epoch,
+            "step": pos.step,
+            "created": created,
+            "files": files,
+            **(extra or {}),
+        }
+        mpath = staging / MANIFEST
+        mpath.write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
+        _fsync_file(mpath)
+        final = self.root / checkpoint_name(pos)
+        if final.exists():
+            # Only a checkpoint that failed validation can sit at a position we are writing
+            # again (we resumed from an earlier one); keep it aside for inspection.
+            aside = final.with_name(f"{final.name}.invalid-{time.time_ns()}")
+            os.replace(final, aside)
+            self._warn(f"moved unusable checkpoint {final.name} aside to {aside.name}")
+        os.replace(staging, final)
+        _fsync_dir(self.root)
+        self.prune()
+        return CheckpointRef(final, pos, created)
+
+    def abort(self, staging: Path) -> None:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    # ---- reading -------------------------------------------------------------------
+    def list(self) -> list[CheckpointRef]:
+        """Committed checkpoints (valid or not), oldest first."""
+        if not self.root.is_dir():
+            return []
+        refs = []
+        for p in self.root.iterdir():
+            m = _NAME.match(p.name)
+            if m and p.is_dir():
+                pos = Position(int(m.group(1)), int(m.group(2)))
+                refs.append(CheckpointRef(p, pos, p.stat().st_mtime))
+        return sorted(refs, key=lambda r: r.position)
+
+    def validate(self, ref: CheckpointRef) -> str | None:
+        """None when the checkpoint is intact, else why it is not."""
+        mpath = ref.path / MANIFEST
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return "manifest.json is missing"
+        except (OSError, json.JSONDecodeError) as err:
+            return f"manifest.json is unreadable ({err})"
+        if (manifest.get("epoch"), manifest.get("step")) != (
+            ref.position.epoch,
+            ref.position.step,
+        ):
+            return "manifest position does not match the folder name"
+        for name, info in manifest.get("files", {}).items():
+            f = ref.path / name
+            if not f.is_file():
+                return f"{name} is missing"
+            if f.stat().st_size != info.get("bytes"):
+                return f"{name} has {f.stat().st_size} bytes, expected {info.get('bytes')}"
+            if _sha256(f) != info.get("sha256"):
+                return f"{name} fails its checksum"
+        return None
+
+    def latest_valid(self) -> CheckpointRef | None:
+        """The newest intact checkpoint; warns about each newer damaged one it skips.
+
+        Raises TrainerError when checkpoints exist but none is intact: starting from
+        scratch would silently throw away training and overwrite the evidence.
+        """
+        refs = self.list()
+        problems = []
+        for ref in reversed(refs):
+            why = self.validate(ref)
+            if why is None:
+                for bad_name, bad_why in problems:
+                    self._warn(
+                        f"checkpoint {bad_name} is unreadable ({bad_why}); "
+                        f"falling back to {ref.name}"
+                    )
+                return ref
+            problems.append((ref.name, why))
+        if problems:
+            name, why = problems[0]
+            raise TrainerError(
+                f"checkpoint {self.root / name} is unreadable ({why}) and no earlier valid "
+                "checkpoint exists; move it away to start from scratch"
+            )
+        return None
+
+    def manifest(self, ref: CheckpointRef) -> dict:
+        return json.loads((ref.path / MANIFEST).read_text(encoding="utf-8"))
+
+    # ---- pruning -------------------------------------------------------------------
+    def prune(self) -> None:
+        """Keep the newest `keep` checkpoints; also clear stale staging folders of this pid."""
+        refs = self.list()
+        for ref in refs[: max(0, len(refs) - self.keep)]:
+            shutil.rmtree(ref.path, ignore_errors=True)
+
+    def clean_staging(self) -> None:
+        """Remove staging folders left by killed writers (called once at start-up)."""
+        if self.root.is_dir():
+            for p in self.root.glob(".tmp-ckpt-*"):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems (and Windows) refuse directory fsync; rename is still atomic
+    finally:
+        os.close(fd)

@@ -1,0 +1,150 @@
+"""The worker environment contract (DESIGN §4), written by the operator and `kubegan run`,
+read by the trainer. One module so both sides cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+CONFIG_PATH = "/etc/kubegan/config.json"
+CHECKPOINT_ROOT = "/checkpoints"
+TF_WORKER_PORT = 2222
+TORCH_MASTER_PORT = 29500
+TPU_WORKER_PORT = 8471
+
+
+@dataclass(frozen=True)
+class WorkerTopology:
+    """Where one worker sits in its job: enough to build every variable of §4."""
+
+    job_name: str
+    namespace: str
+    framework: str  # "tensorflow" | "pytorch"
+    tpu: bool
+    hosts: Sequence[str]  # one "host:port" per worker; the port is the worker's peer port
+    index: int
+    gpus_per_worker: int
+    config_path: str
+    checkpoint_dir: str
+    output_dir: str
+    metrics_port: int
+    cost_rate_per_hour: float
+
+
+def build_worker_env(t: WorkerTopology) -> dict[str, str]:
+    """Environment variables for worker `t.index`, in a stable order."""
+    env = {
+        "KUBEGAN_JOB_NAME": t.job_name,
+        "KUBEGAN_NAMESPACE": t.namespace,
+        "KUBEGAN_WORKER_INDEX": str(t.index),
+        "KUBEGAN_NUM_WORKERS": str(len(t.hosts)),
+        "KUBEGAN_CONFIG": t.config_path,
+        "KUBEGAN_CHECKPOINT_DIR": t.checkpoint_dir,
+        "KUBEGAN_OUTPUT_DIR": t.output_dir,
+        "KUBEGAN_METRICS_PORT": str(t.metrics_port),
+        "KUBEGAN_COST_RATE_PER_HOUR": f"{t.cost_rate_per_hour:.6g}",
+    }
+    if t.tpu:
+        env["TPU_WORKER_ID"] = str(t.index)
+        env["TPU_WORKER_HOSTNAMES"] = ",".join(h.rsplit(":", 1)[0] for h in t.hosts)
+    elif t.framework == "tensorflow":
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": list(t.hosts)}, "task": {"type": "worker", "index": t.index}},
+            separators=(",", ":"),
+        )
+    else:
+        master_host, master_port = t.hosts[0].rsplit(":", 1)
+        env.update(
+            {
+                "MASTER_ADDR": master_host,
+                "MASTER_PORT": master_port,
+                "NNODES": str(len(t.hosts)),
+                "NODE_RANK": str(t.index),
+                "NPROC_PER_NODE": str(max(1, t.gpus_per_worker)),
+            }
+        )
+    return env
+
+
+@dataclass(frozen=True)
+class ClusterEnv:
+    """The trainer's view of its environment, parsed once at start-up."""
+
+    job_name: str
+    namespace: str
+    worker_index: int
+    num_workers: int
+    config_path: str
+    checkpoint_dir: str
+    output_dir: str
+    metrics_port: int
+    cost_rate_per_hour: float
+    tf_config: dict | None
+    master_addr: str | None
+    master_port: int | None
+    nnodes: int
+    node_rank: int
+    nproc_per_node: int
+    tpu_worker_id: int | None
+    tpu_worker_hostnames: tuple[str, ...]
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> ClusterEnv:
+        """Parse the §4 variables; a missing or malformed one raises ValueError naming it."""
+        e = os.environ if environ is None else environ
+
+        def get(name: str, default: str | None = None) -> str:
+            value = e.get(name, default)
+            if value is None:
+                raise ValueError(f"{name}: required environment variable is not set")
+            return value
+
+        def get_int(name: str, default: str | None = None) -> int:
+            raw = get(name, default)
+            try:
+                return int(raw)
+            except ValueError:
+                raise ValueError(f"{name}: expected an integer, got {raw!r}") from None
+
+        def get_float(name: str, default: str) -> float:
+            raw = get(name, default)
+            try:
+                return float(raw)
+            except ValueError:
+                raise ValueError(f"{name}: expected a number, got {raw!r}") from None
+
+        tf_config = None
+        if "TF_CONFIG" in e:
+            try:
+                tf_config = json.loads(e["TF_CONFIG"])
+            except json.JSONDecodeError as err:
+                raise ValueError(f"TF_CONFIG: not valid JSON ({err.msg})") from None
+        hostnames = tuple(h for h in e.get("TPU_WORKER_HOSTNAMES", "").split(",") if h)
+        index = get_int("KUBEGAN_WORKER_INDEX", "0")
+        checkpoint_dir = get("KUBEGAN_CHECKPOINT_DIR", f"{CHECKPOINT_ROOT}/checkpoints")
+        return cls(
+            job_name=get("KUBEGAN_JOB_NAME", "kubegan"),
+            namespace=get("KUBEGAN_NAMESPACE", "default"),
+            worker_index=index,
+            num_workers=get_int("KUBEGAN_NUM_WORKERS", "1"),
+            config_path=get("KUBEGAN_CONFIG", CONFIG_PATH),
+            checkpoint_dir=checkpoint_dir,
+            output_dir=get("KUBEGAN_OUTPUT_DIR", os.path.dirname(checkpoint_dir) or "."),
+            metrics_port=get_int("KUBEGAN_METRICS_PORT", "9090"),
+            cost_rate_per_hour=get_float("KUBEGAN_COST_RATE_PER_HOUR", "0"),
+            tf_config=tf_config,
+            master_addr=e.get("MASTER_ADDR"),
+            master_port=get_int("MASTER_PORT") if "MASTER_PORT" in e else None,
+            nnodes=get_int("NNODES", "1"),
+            node_rank=get_int("NODE_RANK", str(index)),
+            nproc_per_node=get_int("NPROC_PER_NODE", "1"),
+            tpu_worker_id=get_int("TPU_WORKER_ID") if "TPU_WORKER_ID" in e else None,
+            tpu_worker_hostnames=hostnames,
+        )

@@ -1,0 +1,181 @@
+"""The training sections of a GANTrainingJob, shared by the operator and the trainer.
+
+Pure pydantic, no framework import: the operator and `kubegan validate` load this
+without torch or tensorflow. Field names are camelCase in YAML/JSON (DESIGN §2);
+Python attributes are snake_case.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class ApiModel(BaseModel):
+    """Base for every API section: camelCase aliases, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=True,
+        use_enum_values=False,
+    )
+
+    def to_api(self) -> dict[str, Any]:
+        """The camelCase JSON form, as it appears in YAML and in the trainer's config file."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Framework(StrEnum):
+    tensorflow = "tensorflow"
+    pytorch = "pytorch"
+
+
+class Strategy(StrEnum):
+    auto = "auto"
+    mirrored = "mirrored"
+    multi_worker = "multi-worker"
+    tpu = "tpu"
+
+
+class ModelName(StrEnum):
+    gan3d = "gan3d"
+    dcgan = "dcgan"
+    acgan = "acgan"
+    pix2pix = "pix2pix"
+    custom = "custom"
+
+
+class DataSource(StrEnum):
+    synthetic = "synthetic"
+    digits = "digits"
+    files = "files"
+
+
+class OptimizerName(StrEnum):
+    adam = "adam"
+    rmsprop = "rmsprop"
+
+
+class MixedPrecision(StrEnum):
+    none = "none"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+# Models each framework's trainer implements; the operator rejects other pairs up front
+# instead of letting a pod crash on them.
+MODELS_BY_FRAMEWORK: dict[Framework, frozenset[ModelName]] = {
+    Framework.pytorch: frozenset(ModelName),
+    Framework.tensorflow: frozenset(
+        {ModelName.gan3d, ModelName.dcgan, ModelName.acgan, ModelName.custom}
+    ),
+}
+
+# Which data sources make sense for which model (custom models take any).
+SOURCES_BY_MODEL: dict[ModelName, frozenset[DataSource]] = {
+    ModelName.gan3d: frozenset({DataSource.synthetic, DataSource.files}),
+    ModelName.pix2pix: frozenset({DataSource.synthetic, DataSource.files}),
+    ModelName.dcgan: frozenset(DataSource),
+    ModelName.acgan: frozenset(DataSource),
+    ModelName.custom: frozenset(DataSource),
+}
+
+ENTRYPOINT_PATTERN = r"^$|^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class ModelSpec(ApiModel):
+    name: ModelName = Field(description="Which GAN to train.")
+    entrypoint: str = Field(
+        default="",
+        pattern=ENTRYPOINT_PATTERN,
+        description='custom only: "package.module:factory" returning the model pair.',
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Model-specific options, checked by the model (e.g. image size, widths).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "default": {}},
+    )
+
+
+class DataSpec(ApiModel):
+    source: DataSource = Field(
+        default=DataSource.synthetic, description="synthetic | digits | files."
+    )
+    path: str = Field(
+        default="",
+        description="files: HDF5 file, image folder or paired-image folder. Required for files.",
+    )
+    claim_name: str = Field(
+        default="",
+        max_length=253,
+        description="Optional PersistentVolumeClaim mounted read-only at /data.",
+    )
+
+
+class OptimizerSpec(ApiModel):
+    optimizer: OptimizerName = Field(default=OptimizerName.rmsprop)
+    learning_rate: float = Field(default=0.001, gt=0, le=10)
+    beta1: float = Field(default=0.5, ge=0, lt=1, description="adam only.")
+    beta2: float = Field(default=0.999, ge=0, lt=1, description="adam only.")
+
+
+class TrainingSpec(ApiModel):
+    epochs: int = Field(default=60, ge=1, le=1_000_000)
+    batch_size_per_replica: int = Field(default=64, ge=1, le=65_536)
+    steps_per_epoch: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Optional cap on steps per epoch."
+    )
+    generator: OptimizerSpec = Field(
+        default_factory=OptimizerSpec, json_schema_extra={"default": {}}
+    )
+    discriminator: OptimizerSpec = Field(
+        default_factory=OptimizerSpec, json_schema_extra={"default": {}}
+    )
+    mixed_precision: MixedPrecision = Field(default=MixedPrecision.none)
+    gradient_accumulation_steps: int = Field(default=1, ge=1, le=1024)
+    gradient_clip_norm: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Clip the global gradient norm of each network to this value."
+    )
+    zero: bool = Field(default=False, description="pytorch only: shard optimizer state.")
+    seed: int = Field(default=42, ge=0, le=2**31 - 1)
+
+
+class CheckpointSpec(ApiModel):
+    claim_name: str = Field(
+        default="",
+        max_length=253,
+        description="PVC mounted at /checkpoints; empty means no resume across pods.",
+    )
+    interval_epochs: int = Field(default=1, ge=1)
+    interval_minutes: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Also checkpoint mid-epoch at step boundaries this often."
+    )
+    keep: int = Field(default=3, ge=1, le=1000)
+
+
+class MonitoringSpec(ApiModel):
+    metrics_port: int = Field(default=9090, ge=1024, le=65535)
+
+
+class TrainerConfig(ApiModel):
+    """What the trainer reads from KUBEGAN_CONFIG: the job's training-related sections."""
+
+    job_name: str
+    framework: Framework
+    strategy: Strategy = Strategy.auto
+    model: ModelSpec
+    data: DataSpec = Field(default_factory=DataSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TrainerConfig:
+        return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -1,0 +1,147 @@
+"""Trainer metrics (DESIGN §6): a Prometheus endpoint on rank 0 and `metrics.jsonl`.
+
+Framework-free so every backend reports the same names. Labels are bounded: the job
+name and namespace only (never pods or steps).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+METRIC_NAMES = (
+    "kubegan_epoch_duration_seconds",
+    "kubegan_epoch",
+    "kubegan_step_duration_seconds",
+    "kubegan_samples_per_second",
+    "kubegan_generator_loss",
+    "kubegan_discriminator_loss",
+    "kubegan_epoch_cost_dollars",
+    "kubegan_checkpoint_duration_seconds",
+)
+
+# Epochs range from seconds (digits on a laptop) to half an hour (3DGAN on 2 GPUs).
+_EPOCH_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+_STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_CHECKPOINT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One line of metrics.jsonl: a finished epoch."""
+
+    epoch: int  # 1-based
+    epoch_seconds: float
+    samples_per_second: float
+    g_loss: float
+    d_loss: float
+    cost_dollars: float
+    steps: int
+    samples: int
+    world_size: int
+
+    @staticmethod
+    def cost(epoch_seconds: float, rate_per_hour: float) -> float:
+        return epoch_seconds / 3600.0 * rate_per_hour
+
+
+class TrainerMetrics:
+    """The §6 trainer metrics in their own registry (so tests can build several)."""
+
+    def __init__(self, job_name: str, namespace: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = ("ganjob", "namespace")
+        self._labels = {"ganjob": job_name, "namespace": namespace}
+
+        def hist(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=tuple(buckets), registry=self.registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=self.registry)
+
+        self.epoch_duration = hist(
+            "kubegan_epoch_duration_seconds", "Wall time of one epoch.", _EPOCH_BUCKETS
+        ).labels(**self._labels)
+        self.epoch = gauge("kubegan_epoch", "Last finished epoch (1-based).").labels(**self._labels)
+        self.step_duration = hist(
+            "kubegan_step_duration_seconds", "Wall time of one optimizer step.", _STEP_BUCKETS
+        ).labels(**self._labels)
+        self.samples_per_second = gauge(
+            "kubegan_samples_per_second", "Global training throughput of the last epoch."
+        ).labels(**self._labels)
+        self.generator_loss = gauge(
+            "kubegan_generator_loss", "Mean generator loss of the last epoch."
+        ).labels(**self._labels)
+        self.discriminator_loss = gauge(
+            "kubegan_discriminator_loss", "Mean discriminator loss of the last epoch."
+        ).labels(**self._labels)
+        self.epoch_cost = gauge(
+            "kubegan_epoch_cost_dollars", "Cost of the last epoch at the job's hourly rate."
+        ).labels(**self._labels)
+        self.checkpoint_duration = hist(
+            "kubegan_checkpoint_duration_seconds", "Time to write one checkpoint.", _CHECKPOINT_BUCKETS
+        ).labels(**self._labels)
+
+    def serve(self, port: int) -> bool:
+        """Start the HTTP endpoint; a busy port is a warning, never a training failure."""
+        try:
+            start_http_server(port, registry=self.registry)
+        except OSError as err:
+            log.warning("metrics endpoint on port %d not started: %s", port, err)
+            return False
+        return True
+
+    def record_epoch(self, rec: EpochRecord) -> None:
+        self.epoch_duration.observe(rec.epoch_seconds)
+        self.epoch.set(rec.epoch)
+        self.samples_per_second.set(rec.samples_per_second)
+        self.generator_loss.set(rec.g_loss)
+        self.discriminator_loss.set(rec.d_loss)
+        self.epoch_cost.set(rec.cost_dollars)
+
+
+class MetricsLog:
+    """`<output>/metrics.jsonl`: one JSON object per finished epoch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        rows = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # a torn last line from a killed run; later lines cannot exist
+        return rows
+
+    def append(self, rec: EpochRecord) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(asdict(rec), separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def truncate_after(self, epoch: int) -> None:
+        """On resume from `epoch`, drop lines of epochs that the checkpoint does not cover,
+        so a re-run epoch is not listed twice. Atomic: written aside, then renamed."""
+        rows = self.read()
+        kept = [r for r in rows if int(r.get("epoch", 0)) <= epoch]
+        if len(kept) == len(rows) and self.path.exists():
+            return
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
+        os.replace(tmp, self.path)
