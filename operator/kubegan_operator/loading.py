@@ -49,8 +49,13 @@ def parse_yaml_documents(text: str, source: str) -> list[Any]:
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = err.problem or err.context or "invalid YAML"
         raise InputError([f"{where}: invalid YAML: {problem}"]) from None
+    except yaml.reader.ReaderError as err:
+        raise InputError(
+            [f"{source}: invalid YAML: character {err.character!r} at offset {err.position} "
+             "is not allowed"]
+        ) from None
     except yaml.YAMLError as err:
-        raise InputError([f"{source}: invalid YAML: {err}"]) from None
+        raise InputError([f"{source}: invalid YAML: {str(err).splitlines()[0]}"]) from None
     return [d for d in docs if d is not None]
 
 

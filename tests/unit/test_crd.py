@@ -1,0 +1,79 @@
+"""The committed CRD is exactly what `kubegan crd` generates, and is a structural schema."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubegan_operator.api import CROSS_FIELD_RULES
+from kubegan_operator.crd import crd_yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "gantrainingjobs.kubegan.io.yaml"
+
+
+def test_committed_crd_equals_generated() -> None:
+    generated = subprocess.run(
+        [sys.executable, "-m", "kubegan_operator.cli", "crd"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert generated == CRD_FILE.read_text(), "run `make crd` and commit the result"
+
+
+def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        found.append((path, node))
+        for k, v in node.get("properties", {}).items():
+            found += _walk(v, f"{path}.{k}")
+        if "items" in node:
+            found += _walk(node["items"], f"{path}[]")
+    return found
+
+
+def test_schema_is_structural() -> None:
+    crd = yaml.safe_load(crd_yaml())
+    version = crd["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    for path, node in _walk(schema):
+        assert "$ref" not in node, path
+        assert "title" not in node, path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if "anyOf" in node:
+            assert node.get("x-kubernetes-int-or-string"), path
+        else:
+            assert "type" in node, f"{path} has no type"
+        assert node.get("default", 0) is not None, path
+
+
+def test_crd_names_columns_and_status() -> None:
+    crd = yaml.safe_load(crd_yaml())
+    assert crd["metadata"]["name"] == "gantrainingjobs.kubegan.io"
+    assert crd["spec"]["names"]["shortNames"] == ["ganjob", "ganjobs"]
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Phase", "Workers", "GPUs/Worker", "Epoch", "Epoch-Time", "Cost", "Age"]
+
+
+def test_enums_minimums_defaults_and_rules() -> None:
+    spec = yaml.safe_load(crd_yaml())["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+        "properties"]["spec"]
+    props = spec["properties"]
+    assert props["framework"]["enum"] == ["tensorflow", "pytorch"]
+    assert props["strategy"]["default"] == "auto"
+    training = props["training"]["properties"]
+    assert training["epochs"] == {"type": "integer", "default": 60, "minimum": 1,
+                                  "maximum": 1_000_000}
+    assert training["gradientClipNorm"]["exclusiveMinimum"] is True
+    assert props["placement"]["properties"]["spot"]["enum"] == ["allowed", "required", "never"]
+    assert props["runPolicy"]["properties"]["cleanPodPolicy"]["default"] == "Running"
+    assert props["model"]["properties"]["options"]["x-kubernetes-preserve-unknown-fields"]
+    assert props["resources"]["properties"]["cpu"]["x-kubernetes-int-or-string"]
+    rules = spec["x-kubernetes-validations"]
+    assert len(rules) == len(CROSS_FIELD_RULES)
+    assert all(r["fieldPath"].startswith(".") and r["message"] for r in rules)

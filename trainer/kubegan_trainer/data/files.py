@@ -1,0 +1,141 @@
+"""`data.source: files`: HDF5 showers, image folders and side-by-side paired images.
+
+Every problem is a TrainerError naming `spec.data.path`, raised before training starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from kubegan_trainer.data.arrays import Dataset
+from kubegan_trainer.data.imageops import pil_to_array
+from kubegan_trainer.data.showers import SHAPE, preprocess
+from kubegan_trainer.errors import TrainerError
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
+HDF5_SUFFIXES = {".h5", ".hdf5", ".hdf"}
+# Key names of the CERN 3DGAN datasets (Zenodo 3603086 and the svalleco/3Dgan readers):
+# "ECAL" (N, 51, 51, 25), "energy" (N,) in GeV, angle "theta" (radians; "eta" also
+# exists); older fixed-angle files keep the energy in "target" (column 1 when 2-D).
+ECAL_KEY = "ECAL"
+ENERGY_KEYS = ("energy", "target")
+DEFAULT_ANGLE_KEY = "theta"
+
+
+def _require(path: Path) -> Path:
+    if not str(path):
+        raise TrainerError("spec.data.path: required when spec.data.source is files")
+    if not path.exists():
+        raise TrainerError(f"spec.data.path: {path} does not exist")
+    return path
+
+
+def _hdf5_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in HDF5_SUFFIXES)
+        if not files:
+            raise TrainerError(f"spec.data.path: no .h5/.hdf5 files in {path}")
+        return files
+    return [path]
+
+
+def load_showers(path: Path, angle_key: str = DEFAULT_ANGLE_KEY, limit: int | None = None) -> Dataset:
+    """HDF5 file (or folder of them) with the CERN 3DGAN keys."""
+    import h5py
+
+    parts = []
+    for f in _hdf5_files(_require(path)):
+        try:
+            h5 = h5py.File(f, "r")
+        except OSError as err:
+            raise TrainerError(f"spec.data.path: {f} is not a readable HDF5 file ({err})") from None
+        with h5:
+            keys = sorted(h5.keys())
+            missing = [k for k in (ECAL_KEY, angle_key) if k not in h5]
+            energy_key = next((k for k in ENERGY_KEYS if k in h5), None)
+            if energy_key is None:
+                missing.append("energy")
+            if missing:
+                raise TrainerError(
+                    f"spec.data.path: {f} lacks HDF5 dataset(s) {', '.join(map(repr, missing))}"
+                    f" (found {', '.join(map(repr, keys)) or 'none'}); expected the 3DGAN keys "
+                    f"'ECAL', 'energy' (or 'target') and {angle_key!r}"
+                )
+            ecal = np.asarray(h5[ECAL_KEY][:limit], dtype=np.float32)
+            energy = np.asarray(h5[energy_key][:limit], dtype=np.float32)
+            angle = np.asarray(h5[angle_key][:limit], dtype=np.float32)
+        if energy.ndim == 2:  # "target": (N, 2) with the energy in column 1
+            energy = energy[:, 1] if energy.shape[1] > 1 else energy[:, 0]
+        if ecal.shape[1:] != SHAPE:
+            raise TrainerError(
+                f"spec.data.path: {f} 'ECAL' has shape {ecal.shape[1:]}, expected {SHAPE}"
+            )
+        if not (len(ecal) == len(energy) == len(angle)):
+            raise TrainerError(
+                f"spec.data.path: {f} has {len(ecal)} 'ECAL' events but {len(energy)} energies "
+                f"and {len(angle)} angles"
+            )
+        parts.append(preprocess(ecal, energy.reshape(-1), angle.reshape(-1)))
+    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if len(arrays["image"]) == 0:
+        raise TrainerError(f"spec.data.path: {path} holds no non-empty showers")
+    return Dataset(kind="showers", arrays=arrays, info={"source": str(path)})
+
+
+def _image_files(root: Path) -> list[Path]:
+    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise TrainerError(f"spec.data.path: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {root}")
+    return files
+
+
+def _open(f: Path) -> Image.Image:
+    try:
+        im = Image.open(f)
+        im.load()
+        return im
+    except (OSError, UnidentifiedImageError) as err:
+        raise TrainerError(f"spec.data.path: {f} is not a readable image ({err})") from None
+
+
+def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dataset:
+    """Images under `path`; one sub-folder per class gives labels (like ImageFolder)."""
+    root = _require(path)
+    if not root.is_dir():
+        raise TrainerError(f"spec.data.path: {root} is not a folder of images")
+    files = _image_files(root)
+    if channels is None:
+        channels = 1 if _open(files[0]).mode in ("L", "1", "I;16", "I", "F") else 3
+    classes = sorted({f.parent.relative_to(root).as_posix() for f in files} - {"."})
+    arrays: dict[str, np.ndarray] = {
+        "image": np.stack([pil_to_array(_open(f), channels, size) for f in files]) * 2 - 1
+    }
+    if classes and all(f.parent != root for f in files):
+        index = {c: i for i, c in enumerate(classes)}
+        arrays["label"] = np.array(
+            [index[f.parent.relative_to(root).as_posix()] for f in files], dtype=np.int64
+        )
+    return Dataset(kind="images", arrays=arrays, num_classes=len(classes) if "label" in arrays else 0,
+                   info={"source": str(root), "classes": classes})
+
+
+def load_paired_folder(path: Path, size: int, direction: str = "AtoB") -> Dataset:
+    """pix2pix layout: each image holds A | B side by side (width = 2 x height)."""
+    root = _require(path)
+    files = _image_files(root) if root.is_dir() else [root]
+    a_list, b_list = [], []
+    for f in files:
+        im = _open(f).convert("RGB")
+        w, h = im.size
+        if w < 2 or w % 2:
+            raise TrainerError(f"spec.data.path: {f} is {w}x{h}; paired images put A|B side by side")
+        left, right = im.crop((0, 0, w // 2, h)), im.crop((w // 2, 0, w, h))
+        a_list.append(pil_to_array(left, 3, size))
+        b_list.append(pil_to_array(right, 3, size))
+    a, b = np.stack(a_list) * 2 - 1, np.stack(b_list) * 2 - 1
+    if direction == "BtoA":
+        a, b = b, a
+    return Dataset(kind="paired", arrays={"a": a, "b": b}, info={"source": str(root)})
