@@ -1,0 +1,243 @@
+"""Rendered manifests (DESIGN §4): schema-valid for the targeted Kubernetes, every item present."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kubegan_operator.cli import main
+from kubegan_operator.loading import load_job
+from kubegan_operator.planner import plan
+from kubegan_operator.render import render_all
+from kubegan_operator.topology import build_inventory
+from tests.unit.nodes import node
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+# The Kubernetes minor the project targets (hack/ builds this release's control plane).
+K8S_SCHEMA_VERSION = "1.36.0"
+UID = "6b1f6a3e-8c59-4d0e-9a51-3a8f0f6f2a10"
+
+
+def spot_v100(n: int = 4) -> list[dict[str, Any]]:
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    return [node(f"v100-{i}", 8, spot=True, pool="v100-spot", taints=[taint]) for i in range(n)]
+
+
+def tpu_nodes() -> list[dict[str, Any]]:
+    return [node(f"tpu-{i}", 0, pool="tpu-v5e", tpu_chips=4, labels={
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "4x4"}) for i in range(4)]
+
+
+def rendered(example: str, nodes: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    job = load_job(EXAMPLES / example)
+    from kubegan_operator.planner import static_plan
+
+    p = plan(job.spec, build_inventory(nodes)) if nodes is not None else static_plan(job.spec)
+    assert p.feasible, p.reason
+    return render_all(job, p, uid=UID, attempt=2)
+
+
+CASES = {
+    "gan3d": ("gan3d-gke-v100-spot.yaml", spot_v100()),
+    "digits": ("digits-local.yaml", None),
+    "tpu": ("acgan-gke-tpu-v5e.yaml", tpu_nodes()),
+    "pix2pix": ("pix2pix-aks-spot.yaml", [
+        node(f"aks-{i}", 4, accelerator="nvidia", pool="", spot=False, labels={
+            "kubernetes.azure.com/agentpool": "gpuspot",
+            "kubernetes.azure.com/scalesetpriority": "spot",
+            "kubernetes.azure.com/accelerator": "nvidia"}) for i in range(2)]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_manifests_validate_against_kubernetes_schemas(case: str) -> None:
+    for obj in rendered(*CASES[case]):
+        kubernetes_validate.validate(obj, K8S_SCHEMA_VERSION, strict=True)
+
+
+def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_service_configmap_and_ownership() -> None:
+    objs = rendered(*CASES["gan3d"])
+    assert [o["kind"] for o in objs] == ["Service", "ConfigMap"] + ["Pod"] * 4
+    svc = objs[0]
+    assert svc["metadata"]["name"] == "gan3d-v100"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {"kubegan.io/job-name": "gan3d-v100"}
+    config = json.loads(objs[1]["data"]["config.json"])
+    assert config["jobName"] == "gan3d-v100" and config["model"]["name"] == "gan3d"
+    for o in objs:
+        ref = o["metadata"]["ownerReferences"][0]
+        assert ref == {"apiVersion": "kubegan.io/v1alpha1", "kind": "GANTrainingJob",
+                       "name": "gan3d-v100", "uid": UID, "controller": True,
+                       "blockOwnerDeletion": True}
+        labels = o["metadata"]["labels"]
+        assert labels["kubegan.io/job-name"] == "gan3d-v100"
+        assert labels["app.kubernetes.io/part-of"] == "kubegan"
+        assert labels["app.kubernetes.io/managed-by"] == "kubegan-operator"
+
+
+def test_pods_identity_gang_and_scheduling() -> None:
+    pods = by_kind(rendered(*CASES["gan3d"]), "Pod")
+    for i, p in enumerate(pods):
+        spec = p["spec"]
+        assert p["metadata"]["name"] == f"gan3d-v100-worker-{i}"
+        assert p["metadata"]["labels"]["kubegan.io/worker-index"] == str(i)
+        assert p["metadata"]["labels"]["kubegan.io/attempt"] == "2"
+        assert (spec["hostname"], spec["subdomain"]) == (f"gan3d-v100-worker-{i}", "gan3d-v100")
+        assert spec["schedulingGates"] == [{"name": "kubegan.io/gang"}]
+        assert spec["restartPolicy"] == "Never"
+        assert spec["terminationGracePeriodSeconds"] >= 30
+        anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert anti == [{"labelSelector": {"matchLabels": {"kubegan.io/job-name": "gan3d-v100"}},
+                         "topologyKey": "kubernetes.io/hostname"}]
+        required = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        terms = required["nodeSelectorTerms"]
+        # spot: required -> one OR-ed term per spot label, each pinned to the planned pool
+        assert len(terms) == 5
+        for t in terms:
+            assert {"key": "cloud.google.com/gke-nodepool", "operator": "In",
+                    "values": ["v100-spot"]} in t["matchExpressions"]
+        assert {"key": "cloud.google.com/gke-spot", "operator": "In", "values": ["true"]} in \
+            terms[0]["matchExpressions"]
+        pref = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert pref[0]["preference"]["matchExpressions"][0]["values"] == [
+            "v100-0", "v100-1", "v100-2", "v100-3"]
+        tol_keys = {t["key"] for t in spec["tolerations"]}
+        assert {"nvidia.com/gpu", "cloud.google.com/gke-spot",
+                "kubernetes.azure.com/scalesetpriority"} <= tol_keys
+        c = spec["containers"][0]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert c["resources"]["requests"] == {"cpu": "32", "memory": "200Gi",
+                                              "nvidia.com/gpu": "8"}
+        assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"peer": 2222,
+                                                                         "metrics": 9090}
+
+
+def test_security_context() -> None:
+    for case in CASES:
+        for p in by_kind(rendered(*CASES[case]), "Pod"):
+            spec = p["spec"]
+            psc = spec["securityContext"]
+            assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+            assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert spec["automountServiceAccountToken"] is False
+            c = spec["containers"][0]
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert "privileged" not in sc
+            writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
+            assert {"/tmp", "/checkpoints", "/dev/shm"} <= writable
+            assert {"name": "config", "mountPath": "/etc/kubegan", "readOnly": True} in \
+                c["volumeMounts"]
+
+
+def test_tensorflow_env() -> None:
+    pods = by_kind(rendered(*CASES["gan3d"]), "Pod")
+    for i, p in enumerate(pods):
+        env = env_of(p)
+        assert env["KUBEGAN_JOB_NAME"] == "gan3d-v100"
+        assert env["KUBEGAN_NAMESPACE"] == "default"
+        assert env["KUBEGAN_WORKER_INDEX"] == str(i)
+        assert env["KUBEGAN_NUM_WORKERS"] == "4"
+        assert env["KUBEGAN_CONFIG"] == "/etc/kubegan/config.json"
+        assert env["KUBEGAN_CHECKPOINT_DIR"] == "/checkpoints/gan3d-v100/checkpoints"
+        assert env["KUBEGAN_METRICS_PORT"] == "9090"
+        assert float(env["KUBEGAN_COST_RATE_PER_HOUR"]) == pytest.approx(32 * 0.82)
+        tf_config = json.loads(env["TF_CONFIG"])
+        assert tf_config == {
+            "cluster": {"worker": [f"gan3d-v100-worker-{j}.gan3d-v100.default.svc:2222"
+                                   for j in range(4)]},
+            "task": {"type": "worker", "index": i},
+        }
+        assert "MASTER_ADDR" not in env
+
+
+def test_pytorch_env() -> None:
+    pods = by_kind(rendered(*CASES["pix2pix"]), "Pod")
+    assert len(pods) == 2
+    for i, p in enumerate(pods):
+        env = env_of(p)
+        assert env["MASTER_ADDR"] == "pix2pix-aks-worker-0.pix2pix-aks.default.svc"
+        assert env["MASTER_PORT"] == "29500"
+        assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("2", str(i), "4")
+        assert "TF_CONFIG" not in env
+        c = p["spec"]["containers"][0]
+        assert {"name": "data", "mountPath": "/data", "readOnly": True} in c["volumeMounts"]
+        vols = {v["name"]: v for v in p["spec"]["volumes"]}
+        assert vols["data"]["persistentVolumeClaim"] == {"claimName": "facades", "readOnly": True}
+        assert vols["checkpoints"]["persistentVolumeClaim"] == {"claimName": "pix2pix-checkpoints"}
+        assert p["spec"]["nodeSelector"] == {"kubernetes.azure.com/agentpool": "gpuspot"}
+
+
+def test_cpu_workers_have_no_gpu_request() -> None:
+    pods = by_kind(rendered(*CASES["digits"]), "Pod")
+    for p in pods:
+        c = p["spec"]["containers"][0]
+        assert "nvidia.com/gpu" not in json.dumps(c["resources"])
+        assert env_of(p)["NPROC_PER_NODE"] == "1"
+        assert not any(t["key"] == "nvidia.com/gpu" for t in p["spec"]["tolerations"])
+        vols = {v["name"]: v for v in p["spec"]["volumes"]}
+        assert vols["checkpoints"] == {"name": "checkpoints", "emptyDir": {}}
+
+
+def test_tpu_env_and_resources() -> None:
+    pods = by_kind(rendered(*CASES["tpu"]), "Pod")
+    assert len(pods) == 4
+    hosts = ",".join(f"acgan-tpu-worker-{j}.acgan-tpu.default.svc" for j in range(4))
+    for i, p in enumerate(pods):
+        env = env_of(p)
+        assert env["TPU_WORKER_ID"] == str(i)
+        assert env["TPU_WORKER_HOSTNAMES"] == hosts
+        c = p["spec"]["containers"][0]
+        assert c["resources"]["limits"] == {"google.com/tpu": "4"}
+        assert any(t["key"] == "google.com/tpu" for t in p["spec"]["tolerations"])
+        terms = p["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        exprs = terms[0]["matchExpressions"]
+        assert {"key": "cloud.google.com/gke-tpu-topology", "operator": "In",
+                "values": ["4x4"]} in exprs
+
+
+def test_spot_never_excludes_spot_labels() -> None:
+    job = load_job(EXAMPLES / "digits-local.yaml")
+    job.spec.placement.spot = job.spec.placement.spot.__class__("never")
+    from kubegan_operator.planner import static_plan
+
+    pod = render_all(job, static_plan(job.spec))[2]
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    exprs = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]} in exprs
+    assert not any("spot" in t["key"] for t in pod["spec"]["tolerations"])
+
+
+def test_cli_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump_all(spot_v100()))
+    assert main(["render", "--nodes", str(nodes),
+                 str(EXAMPLES / "gan3d-gke-v100-spot.yaml")]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["Service", "ConfigMap"] + ["Pod"] * 4
+    for d in docs:
+        kubernetes_validate.validate(d, K8S_SCHEMA_VERSION, strict=True)
+    # gpus without nodes cannot choose a shape: one line, non-zero
+    assert main(["render", str(EXAMPLES / "gan3d-gke-v100-spot.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["kubegan render: spec.resources.gpus: the shape depends on the nodes; "
+                   "pass --nodes"]

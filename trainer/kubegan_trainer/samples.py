@@ -1,0 +1,89 @@
+"""Sample rendering to PNG with Pillow: image grids, and shower-profile plots for gan3d."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from kubegan_trainer.data.showers import longitudinal_profile, transverse_profile
+
+
+def _to_uint8(images: np.ndarray) -> np.ndarray:
+    """(N, C, H, W) in [-1, 1] -> (N, H, W, 3) uint8."""
+    x = np.clip((images + 1.0) * 127.5, 0, 255).round().astype(np.uint8)
+    if x.shape[1] == 1:
+        x = np.repeat(x, 3, axis=1)
+    return x[:, :3].transpose(0, 2, 3, 1)
+
+
+def image_grid(images: np.ndarray, ncol: int | None = None, pad: int = 2) -> Image.Image:
+    """Tile (N, C, H, W) images in [-1, 1] into one RGB image."""
+    x = _to_uint8(images)
+    n, h, w, _ = x.shape
+    ncol = ncol or math.ceil(math.sqrt(n))
+    nrow = math.ceil(n / ncol)
+    grid = np.full((nrow * (h + pad) + pad, ncol * (w + pad) + pad, 3), 32, dtype=np.uint8)
+    for i in range(n):
+        r, c = divmod(i, ncol)
+        grid[pad + r * (h + pad) : pad + r * (h + pad) + h, pad + c * (w + pad) : pad + c * (w + pad) + w] = x[i]
+    im = Image.fromarray(grid)
+    if im.width < 256:  # tiny digits: scale up so the PNG is viewable
+        k = math.ceil(256 / im.width)
+        im = im.resize((im.width * k, im.height * k), Image.NEAREST)
+    return im
+
+
+def save_image_grid(path: Path, images: np.ndarray, ncol: int | None = None) -> None:
+    _atomic_save(image_grid(images, ncol), path)
+
+
+def save_paired_grid(path: Path, a: np.ndarray, fake_b: np.ndarray, real_b: np.ndarray) -> None:
+    """Rows of input | generated | target."""
+    rows = np.stack([a, fake_b, real_b], axis=1).reshape(-1, *a.shape[1:])
+    _atomic_save(image_grid(rows, ncol=3), path)
+
+
+def _plot(
+    draw: ImageDraw.ImageDraw,
+    box: tuple[int, int, int, int],
+    series: Sequence[tuple[np.ndarray, tuple[int, int, int]]],
+    title: str,
+    xlabel: str,
+) -> None:
+    x0, y0, x1, y1 = box
+    draw.rectangle(box, outline=(0, 0, 0))
+    draw.text((x0 + 4, y0 - 14), title, fill=(0, 0, 0))
+    draw.text((x0 + 4, y1 + 4), xlabel, fill=(80, 80, 80))
+    top = max(float(np.max(s)) for s, _ in series) or 1.0
+    for values, color in series:
+        n = len(values)
+        pts = [
+            (x0 + 6 + i * (x1 - x0 - 12) / max(n - 1, 1), y1 - 6 - float(v) / top * (y1 - y0 - 12))
+            for i, v in enumerate(values)
+        ]
+        draw.line(pts, fill=color, width=2)
+
+
+def save_shower_plot(path: Path, real: np.ndarray, fake: np.ndarray, caption: str = "") -> None:
+    """Longitudinal (per layer) and transverse (per y cell) mean energy profiles,
+    real (black) vs generated (red), from power-scaled (N, 1, 51, 51, 25) images."""
+    im = Image.new("RGB", (720, 320), (255, 255, 255))
+    d = ImageDraw.Draw(im)
+    real_c, fake_c = (0, 0, 0), (220, 30, 30)
+    _plot(d, (30, 40, 350, 280), [(longitudinal_profile(real), real_c),
+          (longitudinal_profile(fake), fake_c)], "longitudinal profile", "layer (depth) ->")
+    _plot(d, (380, 40, 700, 280), [(transverse_profile(real), real_c),
+          (transverse_profile(fake), fake_c)], "transverse profile (y)", "y cell ->")
+    d.text((30, 300), f"black: data   red: generated   {caption}", fill=(0, 0, 0))
+    _atomic_save(im, path)
+
+
+def _atomic_save(im: Image.Image, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    im.save(tmp, format="PNG")
+    tmp.replace(path)

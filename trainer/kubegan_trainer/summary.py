@@ -1,0 +1,46 @@
+"""Human-readable output: the per-epoch line, the progress bar and the summary table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def epoch_line(rec: dict[str, Any], epochs: int) -> str:
+    return (
+        f"epoch {rec['epoch']}/{epochs}  {rec['epoch_seconds']:.1f}s  "
+        f"{rec['samples_per_second']:.1f} samples/s  g_loss {rec['g_loss']:.4f}  "
+        f"d_loss {rec['d_loss']:.4f}  cost ${rec['cost_dollars']:.4f}"
+    )
+
+
+def progress_bar(epoch: int, epochs: int, step: int, steps: int, width: int = 30) -> str:
+    frac = 0.0 if steps <= 0 else min(1.0, step / steps)
+    filled = int(round(frac * width))
+    return f"epoch {epoch}/{epochs} [{'#' * filled}{'.' * (width - filled)}] {step}/{steps} steps"
+
+
+def summary_table(records: Sequence[dict[str, Any]]) -> str:
+    """Epoch table with totals; `records` are metrics.jsonl rows."""
+    head = ("epoch", "seconds", "samples/s", "g_loss", "d_loss", "cost $")
+    rows = [
+        (
+            str(r["epoch"]),
+            f"{r['epoch_seconds']:.2f}",
+            f"{r['samples_per_second']:.1f}",
+            f"{r['g_loss']:.4f}",
+            f"{r['d_loss']:.4f}",
+            f"{r['cost_dollars']:.4f}",
+        )
+        for r in records
+    ]
+    if records:
+        total_s = sum(r["epoch_seconds"] for r in records)
+        total_c = sum(r["cost_dollars"] for r in records)
+        mean_sps = sum(r["samples_per_second"] for r in records) / len(records)
+        rows.append(("total", f"{total_s:.2f}", f"{mean_sps:.1f}", "", "", f"{total_c:.4f}"))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r) for r in rows]
+    return "\n".join(lines)
