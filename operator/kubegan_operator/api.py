@@ -397,3 +397,7 @@ class GANTrainingJobStatus(ApiModel):
     completion_time: str | None = None
     attempt: int = Field(default=0, description="Gang generation: bumped on every restart.")
     observed_generation: int | None = None
+    # Operator bookkeeping, kept in status so a restarted operator carries on exactly.
+    plan: dict[str, Any] | None = None
+    attempt_created_at: str | None = None
+    cost_accrued_at: str | None = None

@@ -54,10 +54,28 @@ class Plan:
             "nodes": list(self.nodes),
             "spot": self.spot,
             "pool": self.pool,
+            "poolLabel": self.pool_label,
             "accelerator": self.accelerator,
             "costPerHour": self.cost_per_hour,
             "reason": self.reason,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        return cls(
+            feasible=bool(data.get("feasible")),
+            workers=int(data.get("workers", 0)),
+            gpus_per_worker=int(data.get("gpusPerWorker", 0)),
+            tpu_chips_per_worker=int(data.get("tpuChipsPerWorker", 0)),
+            strategy=str(data.get("strategy", "")),
+            nodes=tuple(data.get("nodes") or ()),
+            spot=bool(data.get("spot")),
+            pool=str(data.get("pool", "")),
+            pool_label=str(data.get("poolLabel", "")),
+            accelerator=str(data.get("accelerator", "")),
+            cost_per_hour=float(data.get("costPerHour", 0.0)),
+            reason=str(data.get("reason", "")),
+        )
 
 
 # ---- tolerations --------------------------------------------------------------------------

@@ -1,0 +1,165 @@
+"""kopf handlers: thin triggers around `reconcile()`.
+
+Every trigger (a job, one of its pods, a node changing, the periodic resync) ends in
+`Controller.reconcile_job`, serialized per job, so the same observed state always leads to
+the same actions no matter which event arrived first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from kubegan_operator import metrics
+from kubegan_operator.api import GROUP, PLURAL, VERSION, GANTrainingJobSpec, Phase
+from kubegan_operator.planner import plan
+from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.reconcile import reconcile
+from kubegan_operator.render import JOB_NAME_LABEL
+from kubegan_operator.topology import build_inventory
+
+log = logging.getLogger("kubegan.operator")
+RESYNC_SECONDS = 10.0
+
+
+def _node_key(node: Mapping[str, Any]) -> tuple[bool, bool]:
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or [])
+    return ready, bool((node.get("spec") or {}).get("unschedulable"))
+
+
+class Controller:
+    def __init__(self, kube: Any, prices: PriceTable = DEFAULT_PRICES,
+                 namespaces: list[str] | None = None) -> None:
+        self.kube = kube
+        self.prices = prices
+        self.namespaces = namespaces or None
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._nodes_seen: dict[str, tuple[bool, bool]] = {}
+
+    def _lock(self, key: tuple[str, str]) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def reconcile_job(self, namespace: str, name: str) -> None:
+        """Reconcile one job; errors are logged and reported, never raised to kopf."""
+        with self._lock((namespace, name)):
+            started = time.monotonic()
+            try:
+                self._reconcile(namespace, name)
+            except Exception as err:
+                log.exception("reconciling %s/%s failed", namespace, name)
+                job = self.kube.get_job(namespace, name) if not isinstance(
+                    err, ConnectionError) else None
+                if job is not None:
+                    self.kube.event(job, "Warning", "ReconcileError",
+                                    f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            finally:
+                metrics.RECONCILE.observe(time.monotonic() - started)
+
+    def _reconcile(self, namespace: str, name: str) -> None:
+        job = self.kube.get_job(namespace, name)
+        if job is None:
+            metrics.forget_job(namespace, name)
+            return
+        pods = self.kube.job_pods(namespace, name)
+        nodes = self.kube.nodes()
+        node_ready = {n["metadata"]["name"]: _node_key(n)[0] for n in nodes}
+
+        def make_plan():  # noqa: ANN202 - called only when a gang must be planned
+            spec = GANTrainingJobSpec.model_validate(job["spec"])
+            inventory = build_inventory(nodes, self.kube.all_pods(),
+                                        exclude_job=(namespace, name))
+            return plan(spec, inventory, self.prices)
+
+        d = reconcile(
+            job, pods, node_ready, datetime.now(UTC), make_plan,
+            have_service=self.kube.exists("Service", namespace, name),
+            have_config_map=self.kube.exists("ConfigMap", namespace, f"{name}-config"),
+        )
+        old_status = job.get("status") or {}
+        # Status first: a restart's counters and new attempt are recorded before any pod of
+        # the old gang is deleted, so an operator dying in between neither loses nor repeats it.
+        if d.status is not None:
+            self.kube.patch_status(namespace, name, old_status, d.status)
+        for obj in d.create:
+            self.kube.create(obj)
+        for pod_name in d.lift_gates:
+            self.kube.lift_gates(namespace, pod_name)
+        for pod_name, force in d.delete_pods:
+            self.kube.delete_pod(namespace, pod_name, force)
+        for type_, reason, message in d.events:
+            self.kube.event(job, type_, reason, message)
+        if d.time_to_running is not None:
+            metrics.TIME_TO_RUNNING.labels(ganjob=name, namespace=namespace).observe(
+                d.time_to_running)
+        metrics.observe_job(namespace, name, d.status or old_status)
+        if d.delete_job:
+            self.kube.delete_job(namespace, name)
+            metrics.forget_job(namespace, name)
+
+    def node_changed(self, event_type: str, node: Mapping[str, Any]) -> bool:
+        """Whether a node event can change placement (not a mere heartbeat)."""
+        name = (node.get("metadata") or {}).get("name", "")
+        if event_type == "DELETED":
+            self._nodes_seen.pop(name, None)
+            return True
+        key = _node_key(node)
+        changed = self._nodes_seen.get(name) != key
+        self._nodes_seen[name] = key
+        return changed
+
+    def resync(self) -> None:
+        jobs = self.kube.list_jobs(self.namespaces)
+        metrics.observe_phases((j.get("status") or {}).get("phase", Phase.pending) for j in jobs)
+        for j in jobs:
+            self.reconcile_job(j["metadata"]["namespace"], j["metadata"]["name"])
+
+
+CONTROLLER: Controller | None = None
+
+
+def _controller() -> Controller:
+    if CONTROLLER is None:
+        raise kopf.PermanentError("controller not initialised")
+    return CONTROLLER
+
+
+@kopf.on.startup()
+def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 60
+    settings.watching.client_timeout = 90
+    settings.execution.max_workers = 8
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def _on_job(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
+    meta = body.get("metadata") or {}
+    if event.get("type") == "DELETED":
+        metrics.forget_job(meta.get("namespace", ""), meta.get("name", ""))
+        return
+    _controller().reconcile_job(meta["namespace"], meta["name"])
+
+
+@kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
+def _on_pod(body: Mapping[str, Any], **_: Any) -> None:
+    meta = body.get("metadata") or {}
+    ctl = _controller()
+    if ctl.namespaces and meta.get("namespace") not in ctl.namespaces:
+        return
+    ctl.reconcile_job(meta["namespace"], meta["labels"][JOB_NAME_LABEL])
+
+
+@kopf.on.event("", "v1", "nodes")
+def _on_node(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
+    ctl = _controller()
+    if ctl.node_changed(event.get("type") or "", body):
+        ctl.resync()

@@ -1,0 +1,100 @@
+"""What happened to a worker pod (DESIGN §5): still going, done, or ended by whom.
+
+An infrastructure disruption (spot reclaim, node loss, eviction, deletion by someone else)
+counts toward `preemptions`; any other non-zero exit is an application failure and counts
+toward `backoffLimit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from kubegan_operator.render import CONTAINER_NAME
+
+# Pod status reasons set by the kubelet or node lifecycle when the node, not the code, ended it.
+DISRUPTION_REASONS = frozenset(
+    {"NodeShutdown", "Terminated", "Evicted", "NodeLost", "Shutdown", "Preempting",
+     "OutOfpods", "OutOfcpu", "OutOfmemory", "UnexpectedAdmissionError"}
+)  # fmt: skip
+
+
+class Outcome(StrEnum):
+    pending = "pending"
+    running = "running"
+    succeeded = "succeeded"
+    app_failure = "app_failure"
+    disruption = "disruption"
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    name: str
+    index: int
+    outcome: Outcome
+    detail: str = ""
+    node: str = ""
+
+
+def _conditions(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {c.get("type", ""): c for c in (pod.get("status") or {}).get("conditions") or []}
+
+
+def exit_code(pod: Mapping[str, Any]) -> int | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == CONTAINER_NAME:
+            terminated = (cs.get("state") or {}).get("terminated") or {}
+            if "exitCode" in terminated:
+                return int(terminated["exitCode"])
+    return None
+
+
+def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerState:
+    """`node_ready` maps every existing node's name to its readiness."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    name = meta.get("name", "")
+    index = int((meta.get("labels") or {}).get("kubegan.io/worker-index", "-1"))
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+
+    def state(outcome: Outcome, detail: str = "") -> WorkerState:
+        return WorkerState(name, index, outcome, detail, node)
+
+    disruption = _conditions(pod).get("DisruptionTarget")
+    if disruption and disruption.get("status") == "True":
+        return state(Outcome.disruption, f"{disruption.get('reason', 'DisruptionTarget')}: "
+                     f"{disruption.get('message', '')}".rstrip(": "))
+    phase = status.get("phase", "Pending")
+    if phase == "Succeeded":
+        return state(Outcome.succeeded)
+    if phase == "Failed":
+        if status.get("reason") in DISRUPTION_REASONS:
+            return state(Outcome.disruption, f"{status['reason']}: {status.get('message', '')}"
+                         .rstrip(": "))
+        if node and node not in node_ready:
+            return state(Outcome.disruption, f"node {node} is gone")
+        code = exit_code(pod)
+        return state(Outcome.app_failure, f"exit code {code}" if code is not None else
+                     status.get("message") or "failed")
+    if meta.get("deletionTimestamp"):
+        return state(Outcome.disruption, "deleted by someone other than the operator")
+    if node and node not in node_ready:
+        return state(Outcome.disruption, f"node {node} is gone")
+    if node and not node_ready[node]:
+        return state(Outcome.disruption, f"node {node} is NotReady")
+    if phase == "Running":
+        return state(Outcome.running)
+    return state(Outcome.pending, _pending_detail(pod))
+
+
+def _pending_detail(pod: Mapping[str, Any]) -> str:
+    scheduled = _conditions(pod).get("PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        return f"{scheduled.get('reason', '')}: {scheduled.get('message', '')}".strip(": ")
+    return ""
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("schedulingGates"))

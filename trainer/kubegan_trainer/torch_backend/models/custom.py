@@ -1,0 +1,52 @@
+"""`model.name: custom`: a user factory named by `model.entrypoint` ("package.module:factory").
+
+The factory is called as `factory(options)` and returns either a `GanTask` (full control
+over inputs and losses) or a `(generator, discriminator)` pair of modules, which is
+trained as an unconditional GAN: the generator takes (N, latentDim) noise, the
+discriminator returns one logit per image.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from torch import nn
+
+from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.torch_backend.models.base import GanTask, option
+from kubegan_trainer.torch_backend.models.dcgan import UnconditionalTask
+
+
+def load_entrypoint(entrypoint: str) -> Any:
+    if ":" not in entrypoint:
+        raise TrainerError(
+            f"spec.model.entrypoint: expected 'package.module:factory', got {entrypoint!r}"
+        )
+    module_name, attr = entrypoint.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # any import-time failure is the user's module's problem
+        raise TrainerError(f"spec.model.entrypoint: cannot import {module_name} ({err})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise TrainerError(f"spec.model.entrypoint: {module_name} has no {attr!r}") from None
+
+
+def build_custom(entrypoint: str, options: dict[str, Any]) -> GanTask:
+    made = load_entrypoint(entrypoint)(options)
+    if isinstance(made, GanTask):
+        return made
+    if (
+        isinstance(made, tuple)
+        and len(made) == 2
+        and all(isinstance(m, nn.Module) for m in made)
+    ):
+        g, d = made
+        latent = option(options, "latentDim", getattr(g, "latent_dim", 100))
+        return UnconditionalTask(g, d, latent)
+    raise TrainerError(
+        f"spec.model.entrypoint: {entrypoint} returned {type(made).__name__}; expected a "
+        "GanTask or a (generator, discriminator) pair of torch.nn.Module"
+    )
