@@ -391,6 +391,7 @@ def _invalid(raw: Mapping[str, Any], problems: str, now: datetime) -> Decision:
     if st.phase == Phase.failed:
         return Decision()
     d = Decision()
+    st.cost = st.cost or CostStatus()
     _fail(st, d, "InvalidSpec", problems, now_iso(now), now)
     d.status = _status_json(st)
     return d

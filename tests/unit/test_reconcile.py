@@ -1,0 +1,272 @@
+"""The pure reconcile step: gang start, classification, restarts, policies, cost, idempotence."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from kubegan_operator.planner import Plan
+from kubegan_operator.podstate import Outcome, classify
+from kubegan_operator.reconcile import Decision, reconcile
+
+T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
+PLAN = Plan(True, workers=2, gpus_per_worker=8, strategy="multi-worker", nodes=("n0", "n1"),
+            pool="p", pool_label="cloud.google.com/gke-nodepool", cost_per_hour=36.0)
+NODES = {"n0": True, "n1": True, "n2": True}
+
+
+def job(**run_policy: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubegan.io/v1alpha1", "kind": "GANTrainingJob",
+        "metadata": {"name": "g", "namespace": "ns", "uid": "u-1", "generation": 1},
+        "spec": {"framework": "tensorflow", "model": {"name": "gan3d"},
+                 "resources": {"gpus": 16}, "runPolicy": run_policy},
+    }
+
+
+class World:
+    """Applies decisions the way the operator and a scheduler/kubelet would."""
+
+    def __init__(self, j: dict[str, Any], plan: Plan = PLAN) -> None:
+        self.job = j
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.plan = plan
+        self.nodes = dict(NODES)
+        self.now = T0
+        self.last: Decision | None = None
+        self.plans_made = 0
+
+    def step(self, seconds: float = 1.0) -> Decision:
+        self.now += timedelta(seconds=seconds)
+
+        def make_plan() -> Plan:
+            self.plans_made += 1
+            return self.plan
+
+        d = reconcile(self.job, list(self.pods.values()), self.nodes, self.now, make_plan,
+                      have_service=True, have_config_map=True)
+        if d.status is not None:
+            self.job["status"] = d.status
+        for obj in d.create:
+            if obj["kind"] == "Pod":
+                self.pods.setdefault(obj["metadata"]["name"], copy.deepcopy(obj))
+        for name in d.lift_gates:
+            self.pods[name]["spec"]["schedulingGates"] = []
+        for name, _force in d.delete_pods:
+            self.pods.pop(name, None)
+        self.last = d
+        return d
+
+    def schedule_and_run(self) -> None:
+        for i, pod in enumerate(sorted(self.pods.values(), key=lambda p: p["metadata"]["name"])):
+            assert not pod["spec"].get("schedulingGates")
+            pod["spec"]["nodeName"] = self.plan.nodes[i % len(self.plan.nodes)]
+            pod["status"] = {"phase": "Running"}
+
+    def end(self, index: int, phase: str, code: int = 0, **status: Any) -> None:
+        pod = self.pods[f"g-worker-{index}"]
+        pod["status"] = {"phase": phase, **status, "containerStatuses": [
+            {"name": "trainer", "state": {"terminated": {"exitCode": code}}}]}
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.job.get("status") or {}
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        return next(c for c in self.status["conditions"] if c["type"] == type_)
+
+
+def running_world(**run_policy: Any) -> World:
+    w = World(job(**run_policy))
+    w.step()  # create gated pods
+    assert len(w.pods) == 2 and all(p["spec"]["schedulingGates"] for p in w.pods.values())
+    w.step()  # all exist: lift the gates
+    w.schedule_and_run()
+    w.step()
+    assert w.status["phase"] == "Running"
+    return w
+
+
+def test_gang_created_gated_then_released() -> None:
+    w = World(job())
+    d = w.step()
+    assert [o["metadata"]["name"] for o in d.create] == ["g-worker-0", "g-worker-1"]
+    assert d.lift_gates == []
+    assert w.status["phase"] == "Pending"
+    assert w.status["placement"] == {"workers": 2, "gpusPerWorker": 8, "nodes": ["n0", "n1"],
+                                     "spot": False}
+    d = w.step()
+    assert sorted(d.lift_gates) == ["g-worker-0", "g-worker-1"]
+    w.schedule_and_run()
+    d = w.step()
+    assert w.status["phase"] == "Running"
+    assert d.time_to_running == pytest.approx(2.0)
+    assert w.condition("Running")["status"] == "True"
+    assert w.condition("CheckpointsPersistent")["status"] == "False"
+
+
+def test_partial_gang_is_completed_without_replanning() -> None:
+    w = World(job())
+    w.step()
+    del w.pods["g-worker-1"]  # the operator died after creating one pod
+    d = w.step()
+    assert [o["metadata"]["name"] for o in d.create] == ["g-worker-1"]
+    assert d.lift_gates == [] and w.plans_made == 1
+
+
+def test_steady_state_writes_nothing() -> None:
+    w = running_world()
+    d = w.step(1)
+    assert d.status is None and not d.create and not d.delete_pods and not d.events
+
+
+def test_cost_accrues_while_running() -> None:
+    w = running_world()
+    w.step(3600)
+    assert w.status["cost"]["dollars"] == pytest.approx(36.0, rel=1e-3)
+    assert w.status["cost"]["ratePerHour"] == 36.0
+
+
+def test_application_failure_counts_restart_and_restarts_gang() -> None:
+    w = running_world(backoffLimit=1)
+    w.end(1, "Failed", code=1)
+    d = w.step()
+    assert w.status["restarts"] == 1 and w.status["preemptions"] == 0
+    assert w.status["phase"] == "Restarting" and w.status["attempt"] == 1
+    assert sorted(n for n, _ in d.delete_pods) == ["g-worker-0", "g-worker-1"]
+    assert ("Warning", "WorkerFailed") in [(t, r) for t, r, _ in d.events]
+    d = w.step()  # old gang gone: a new attempt is planned and created
+    assert {p["metadata"]["labels"]["kubegan.io/attempt"] for p in w.pods.values()} == {"1"}
+    w.step()
+    w.schedule_and_run()
+    w.step()
+    w.end(0, "Failed", code=1)
+    w.step()
+    assert w.status["phase"] == "Failed"
+    assert w.condition("Failed")["reason"] == "BackoffLimitExceeded"
+    assert "g-worker-0: exit code 1" in w.condition("Failed")["message"]
+    assert w.pods == {} or all(p["status"]["phase"] in ("Failed", "Succeeded")
+                               for p in w.pods.values())
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["node_gone", "node_notready", "disruption_target", "node_shutdown", "deleted"],
+)
+def test_disruptions_count_as_preemptions(how: str) -> None:
+    w = running_world(backoffLimit=0)
+    pod = w.pods["g-worker-1"]
+    if how == "node_gone":
+        del w.nodes["n1"]
+    elif how == "node_notready":
+        w.nodes["n1"] = False
+    elif how == "disruption_target":
+        pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True",
+                                        "reason": "PreemptionByScheduler"}]
+    elif how == "node_shutdown":
+        w.end(1, "Failed", code=143, reason="NodeShutdown", message="node is shutting down")
+    else:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:05Z"
+    d = w.step()
+    assert (w.status["preemptions"], w.status["restarts"]) == (1, 0)
+    assert w.status["phase"] == "Restarting"
+    forced = dict(d.delete_pods)
+    if how in ("node_gone", "node_notready"):
+        assert forced["g-worker-1"] is True  # no kubelet will ever finalize it
+    assert ("Warning", "Preempted") in [(t, r) for t, r, _ in d.events]
+
+
+def test_max_preemptions() -> None:
+    w = running_world(maxPreemptions=0)
+    del w.nodes["n1"]
+    w.step()
+    assert w.status["phase"] == "Failed"
+    assert w.condition("Failed")["reason"] == "MaxPreemptionsExceeded"
+
+
+def test_unschedulable_then_runs_when_capacity_appears() -> None:
+    w = World(job(), plan=Plan(False, strategy="multi-worker", reason="need 2 node(s) with 8"))
+    d = w.step()
+    assert w.status["phase"] == "Pending" and not d.create
+    assert w.condition("Unschedulable") == {
+        "type": "Unschedulable", "status": "True", "reason": "NoFit",
+        "message": "need 2 node(s) with 8", "lastTransitionTime": "2026-11-21T12:00:01Z"}
+    assert d.events == [("Warning", "Unschedulable", "need 2 node(s) with 8")]
+    assert w.step().events == []  # no repeated event for the same reason
+    w.plan = PLAN
+    d = w.step()
+    assert len(d.create) == 2 and w.condition("Unschedulable")["status"] == "False"
+
+
+def test_success_and_clean_pod_policy() -> None:
+    w = running_world(cleanPodPolicy="Running")
+    w.end(0, "Succeeded")
+    d = w.step()
+    assert w.status["phase"] == "Succeeded" and w.status["completionTime"]
+    assert [n for n, _ in d.delete_pods] == ["g-worker-1"]  # still running; 0 is kept
+    w2 = running_world(cleanPodPolicy="None")
+    w2.end(0, "Succeeded")
+    assert w2.step().delete_pods == []
+    w3 = running_world(cleanPodPolicy="All")
+    w3.end(0, "Succeeded")
+    w3.step()
+    assert w3.pods == {}
+
+
+def test_ttl_after_finished() -> None:
+    w = running_world(ttlSecondsAfterFinished=60)
+    w.end(0, "Succeeded")
+    w.step()
+    assert not w.step(30).delete_job
+    assert w.step(31).delete_job
+
+
+def test_active_deadline() -> None:
+    w = running_world(activeDeadlineSeconds=100)
+    w.step(120)
+    assert w.status["phase"] == "Failed"
+    assert w.condition("Failed")["reason"] == "DeadlineExceeded"
+
+
+def test_suspend_and_resume() -> None:
+    w = running_world()
+    w.job["spec"]["runPolicy"]["suspend"] = True
+    w.step()
+    assert w.status["phase"] == "Suspended" and w.pods == {}
+    w.job["spec"]["runPolicy"]["suspend"] = False
+    d = w.step()
+    assert w.status["phase"] == "Pending" and len(d.create) == 2
+
+
+def test_restart_is_recorded_before_deletion_and_survives_operator_restart() -> None:
+    w = running_world()
+    w.end(1, "Failed", code=1)
+    before = copy.deepcopy(w.pods)
+    d = w.step()
+    # The operator dies after writing status but before deleting: the next reconcile
+    # deletes the stale gang without counting the failure again.
+    assert d.status is not None and d.status["restarts"] == 1
+    w.pods = before
+    d = w.step()
+    assert w.status["restarts"] == 1
+    assert sorted(n for n, _ in d.delete_pods) == ["g-worker-0", "g-worker-1"]
+
+
+def test_invalid_spec_fails_the_job_with_the_field() -> None:
+    j = job()
+    j["spec"]["training"] = {"epochs": 0}
+    d = reconcile(j, [], NODES, T0, lambda: PLAN, have_service=True, have_config_map=True)
+    assert d.status is not None and d.status["phase"] == "Failed"
+    assert "spec.training.epochs" in d.status["conditions"][-1]["message"]
+
+
+def test_classify_pending_detail() -> None:
+    pod = {"metadata": {"name": "g-worker-0", "labels": {"kubegan.io/worker-index": "0"}},
+           "spec": {}, "status": {"phase": "Pending", "conditions": [
+               {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available"}]}}
+    w = classify(pod, NODES)
+    assert w.outcome == Outcome.pending and w.detail == "Unschedulable: 0/3 nodes are available"
