@@ -62,6 +62,7 @@ class Plan:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
+        """The form `to_json` wrote into job status; ValueError/TypeError if tampered with."""
         return cls(
             feasible=bool(data.get("feasible")),
             workers=int(data.get("workers", 0)),

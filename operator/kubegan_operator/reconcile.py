@@ -217,7 +217,11 @@ def reconcile(
 
     # ---- the gang exists: finish creating it, open the gate, watch it ---------------------
     plan = _stored_plan(st)
-    if plan is not None and len(current) < plan.workers:
+    if plan is None:
+        # Pods we hold no plan for were not created by this operator: start clean.
+        d.delete_pods += [(_name(p), _force(p, node_ready)) for p in current]
+        return _finish(d, old, st)
+    if len(current) < plan.workers:
         have = {_name(p) for p in current}
         for i in range(plan.workers):
             pod = render_pod(job, plan, i, uid=uid, attempt=st.attempt)
