@@ -29,14 +29,17 @@ RESYNC_SECONDS = 10.0
 
 
 def _node_key(node: Mapping[str, Any]) -> tuple[bool, bool]:
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (node.get("status") or {}).get("conditions") or [])
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
     return ready, bool((node.get("spec") or {}).get("unschedulable"))
 
 
 class Controller:
-    def __init__(self, kube: Any, prices: PriceTable = DEFAULT_PRICES,
-                 namespaces: list[str] | None = None) -> None:
+    def __init__(
+        self, kube: Any, prices: PriceTable = DEFAULT_PRICES, namespaces: list[str] | None = None
+    ) -> None:
         self.kube = kube
         self.prices = prices
         self.namespaces = namespaces or None
@@ -56,11 +59,18 @@ class Controller:
                 self._reconcile(namespace, name)
             except Exception as err:
                 log.exception("reconciling %s/%s failed", namespace, name)
-                job = self.kube.get_job(namespace, name) if not isinstance(
-                    err, ConnectionError) else None
+                job = (
+                    self.kube.get_job(namespace, name)
+                    if not isinstance(err, ConnectionError)
+                    else None
+                )
                 if job is not None:
-                    self.kube.event(job, "Warning", "ReconcileError",
-                                    f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+                    self.kube.event(
+                        job,
+                        "Warning",
+                        "ReconcileError",
+                        f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                    )
             finally:
                 metrics.RECONCILE.observe(time.monotonic() - started)
 
@@ -73,14 +83,17 @@ class Controller:
         nodes = self.kube.nodes()
         node_ready = {n["metadata"]["name"]: _node_key(n)[0] for n in nodes}
 
-        def make_plan():  # noqa: ANN202 - called only when a gang must be planned
+        def make_plan():
             spec = GANTrainingJobSpec.model_validate(job["spec"])
-            inventory = build_inventory(nodes, self.kube.all_pods(),
-                                        exclude_job=(namespace, name))
+            inventory = build_inventory(nodes, self.kube.all_pods(), exclude_job=(namespace, name))
             return plan(spec, inventory, self.prices)
 
         d = reconcile(
-            job, pods, node_ready, datetime.now(UTC), make_plan,
+            job,
+            pods,
+            node_ready,
+            datetime.now(UTC),
+            make_plan,
             have_service=self.kube.exists("Service", namespace, name),
             have_config_map=self.kube.exists("ConfigMap", namespace, f"{name}-config"),
         )
@@ -99,7 +112,8 @@ class Controller:
             self.kube.event(job, type_, reason, message)
         if d.time_to_running is not None:
             metrics.TIME_TO_RUNNING.labels(ganjob=name, namespace=namespace).observe(
-                d.time_to_running)
+                d.time_to_running
+            )
         metrics.observe_job(namespace, name, d.status or old_status)
         if d.delete_job:
             self.kube.delete_job(namespace, name)

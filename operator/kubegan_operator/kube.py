@@ -56,8 +56,10 @@ class Kube:
         return [self._plain(n) for n in self.core.list_node().items]
 
     def exists(self, kind: str, namespace: str, name: str) -> bool:
-        read = {"Service": self.core.read_namespaced_service,
-                "ConfigMap": self.core.read_namespaced_config_map}[kind]
+        read = {
+            "Service": self.core.read_namespaced_service,
+            "ConfigMap": self.core.read_namespaced_config_map,
+        }[kind]
         try:
             read(name, namespace)
             return True
@@ -70,9 +72,11 @@ class Kube:
 
     def create(self, obj: dict[str, Any]) -> None:
         ns = obj["metadata"]["namespace"]
-        create = {"Service": self.core.create_namespaced_service,
-                  "ConfigMap": self.core.create_namespaced_config_map,
-                  "Pod": self.core.create_namespaced_pod}[obj["kind"]]
+        create = {
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "Pod": self.core.create_namespaced_pod,
+        }[obj["kind"]]
         try:
             create(ns, obj)
         except ApiException as err:
@@ -91,7 +95,9 @@ class Kube:
     def delete_pod(self, namespace: str, name: str, force: bool) -> None:
         try:
             self.core.delete_namespaced_pod(
-                name, namespace, grace_period_seconds=0 if force else None,
+                name,
+                namespace,
+                grace_period_seconds=0 if force else None,
                 propagation_policy="Background",
             )
         except ApiException as err:
@@ -107,8 +113,9 @@ class Kube:
             if err.status != 404:
                 raise
 
-    def patch_status(self, namespace: str, name: str, old: dict[str, Any],
-                     new: dict[str, Any]) -> None:
+    def patch_status(
+        self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]
+    ) -> None:
         # A merge patch: keys the new status dropped must be sent as null to be removed.
         body = {**{k: None for k in old if k not in new}, **new}
         self.custom.patch_namespaced_custom_object_status(
@@ -122,9 +129,13 @@ class Kube:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-                               "name": meta["name"], "namespace": meta["namespace"],
-                               "uid": meta.get("uid")},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
             "type": type_,
             "reason": reason,
             "message": message[:1024],

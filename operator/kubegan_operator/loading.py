@@ -51,8 +51,10 @@ def parse_yaml_documents(text: str, source: str) -> list[Any]:
         raise InputError([f"{where}: invalid YAML: {problem}"]) from None
     except yaml.reader.ReaderError as err:
         raise InputError(
-            [f"{source}: invalid YAML: character {err.character!r} at offset {err.position} "
-             "is not allowed"]
+            [
+                f"{source}: invalid YAML: character {err.character!r} at offset {err.position} "
+                "is not allowed"
+            ]
         ) from None
     except yaml.YAMLError as err:
         raise InputError([f"{source}: invalid YAML: {str(err).splitlines()[0]}"]) from None

@@ -45,10 +45,16 @@ def run_operator(args: argparse.Namespace) -> int:
     controller.CONTROLLER = controller.Controller(kube, prices, namespaces)
     start_http_server(args.metrics_port, registry=metrics.REGISTRY)
     stop = threading.Event()
-    threading.Thread(target=_resync_forever, args=(controller.CONTROLLER, stop), daemon=True,
-                     name="resync").start()
-    log.info("kubegan operator: metrics on :%d, liveness on :%d/healthz, prices %s (%s)",
-             args.metrics_port, args.health_port, prices.source, prices.as_of)
+    threading.Thread(
+        target=_resync_forever, args=(controller.CONTROLLER, stop), daemon=True, name="resync"
+    ).start()
+    log.info(
+        "kubegan operator: metrics on :%d, liveness on :%d/healthz, prices %s (%s)",
+        args.metrics_port,
+        args.health_port,
+        prices.source,
+        prices.as_of,
+    )
     try:
         kopf.run(
             standalone=True,  # one replica (Recreate); kopf peering is not leader election

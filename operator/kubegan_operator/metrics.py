@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -14,19 +15,37 @@ JOB_LABELS = ("ganjob", "namespace")
 
 JOBS = Gauge("kubegan_jobs", "GANTrainingJobs by phase", ["phase"], registry=REGISTRY)
 # Gauges mirror the counters kept in job status, so an operator restart does not reset them.
-COST = Gauge("kubegan_job_cost_dollars_total", "Accrued cost of a job in USD", JOB_LABELS,
-             registry=REGISTRY)
-COST_RATE = Gauge("kubegan_job_cost_rate_dollars_per_hour", "Current cost rate of a job in USD "
-                  "per hour", JOB_LABELS, registry=REGISTRY)
-PREEMPTIONS = Gauge("kubegan_job_preemptions_total", "Infrastructure disruptions of a job",
-                    JOB_LABELS, registry=REGISTRY)
-RESTARTS = Gauge("kubegan_job_restarts_total", "Application failures of a job", JOB_LABELS,
-                 registry=REGISTRY)
+COST = Gauge(
+    "kubegan_job_cost_dollars_total", "Accrued cost of a job in USD", JOB_LABELS, registry=REGISTRY
+)
+COST_RATE = Gauge(
+    "kubegan_job_cost_rate_dollars_per_hour",
+    "Current cost rate of a job in USD per hour",
+    JOB_LABELS,
+    registry=REGISTRY,
+)
+PREEMPTIONS = Gauge(
+    "kubegan_job_preemptions_total",
+    "Infrastructure disruptions of a job",
+    JOB_LABELS,
+    registry=REGISTRY,
+)
+RESTARTS = Gauge(
+    "kubegan_job_restarts_total", "Application failures of a job", JOB_LABELS, registry=REGISTRY
+)
 TIME_TO_RUNNING = Histogram(
-    "kubegan_job_time_to_running_seconds", "From creating a gang to all its workers running",
-    JOB_LABELS, buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600), registry=REGISTRY)
-RECONCILE = Histogram("kubegan_reconcile_duration_seconds", "Time to reconcile one job",
-                      buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
+    "kubegan_job_time_to_running_seconds",
+    "From creating a gang to all its workers running",
+    JOB_LABELS,
+    buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+    registry=REGISTRY,
+)
+RECONCILE = Histogram(
+    "kubegan_reconcile_duration_seconds",
+    "Time to reconcile one job",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
 
 
 def observe_job(namespace: str, name: str, status: Mapping[str, Any]) -> None:
@@ -42,10 +61,8 @@ def observe_job(namespace: str, name: str, status: Mapping[str, Any]) -> None:
 
 def forget_job(namespace: str, name: str) -> None:
     for metric in (COST, COST_RATE, PREEMPTIONS, RESTARTS):
-        try:
+        with contextlib.suppress(KeyError):
             metric.remove(name, namespace)
-        except KeyError:
-            pass
 
 
 def observe_phases(phases: Iterable[str]) -> None:

@@ -64,20 +64,26 @@ def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerSt
 
     disruption = _conditions(pod).get("DisruptionTarget")
     if disruption and disruption.get("status") == "True":
-        return state(Outcome.disruption, f"{disruption.get('reason', 'DisruptionTarget')}: "
-                     f"{disruption.get('message', '')}".rstrip(": "))
+        return state(
+            Outcome.disruption,
+            f"{disruption.get('reason', 'DisruptionTarget')}: "
+            f"{disruption.get('message', '')}".rstrip(": "),
+        )
     phase = status.get("phase", "Pending")
     if phase == "Succeeded":
         return state(Outcome.succeeded)
     if phase == "Failed":
         if status.get("reason") in DISRUPTION_REASONS:
-            return state(Outcome.disruption, f"{status['reason']}: {status.get('message', '')}"
-                         .rstrip(": "))
+            return state(
+                Outcome.disruption, f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
+            )
         if node and node not in node_ready:
             return state(Outcome.disruption, f"node {node} is gone")
         code = exit_code(pod)
-        return state(Outcome.app_failure, f"exit code {code}" if code is not None else
-                     status.get("message") or "failed")
+        return state(
+            Outcome.app_failure,
+            f"exit code {code}" if code is not None else status.get("message") or "failed",
+        )
     if meta.get("deletionTimestamp"):
         return state(Outcome.disruption, "deleted by someone other than the operator")
     if node and node not in node_ready:

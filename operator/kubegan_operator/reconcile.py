@@ -76,8 +76,9 @@ def set_condition(
             cond.status, cond.reason, cond.message = wanted, reason, message
             return
     status.conditions.append(
-        Condition(type=type_, status=wanted, reason=reason, message=message,
-                  last_transition_time=now)
+        Condition(
+            type=type_, status=wanted, reason=reason, message=message, last_transition_time=now
+        )
     )
 
 
@@ -133,8 +134,11 @@ def reconcile(
 
     # ---- suspension ------------------------------------------------------------------------
     if policy.suspend:
-        d.delete_pods += [(_name(p), _force(p, node_ready)) for p in pods
-                          if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        d.delete_pods += [
+            (_name(p), _force(p, node_ready))
+            for p in pods
+            if not (p.get("metadata") or {}).get("deletionTimestamp")
+        ]
         if st.phase != Phase.suspended:
             d.events.append(("Normal", "Suspended", "runPolicy.suspend is true; workers deleted"))
         st.phase = Phase.suspended
@@ -151,9 +155,15 @@ def reconcile(
     if policy.active_deadline_seconds is not None and started is not None:
         elapsed = (now - started).total_seconds()
         if elapsed >= policy.active_deadline_seconds:
-            _fail(st, d, "DeadlineExceeded",
-                  f"ran {elapsed:.0f}s, runPolicy.activeDeadlineSeconds is "
-                  f"{policy.active_deadline_seconds}", ts, now)
+            _fail(
+                st,
+                d,
+                "DeadlineExceeded",
+                f"ran {elapsed:.0f}s, runPolicy.activeDeadlineSeconds is "
+                f"{policy.active_deadline_seconds}",
+                ts,
+                now,
+            )
             d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
             return _finish(d, old, st)
         d.requeue_after = policy.active_deadline_seconds - elapsed
@@ -161,18 +171,32 @@ def reconcile(
     if st.start_time is None:
         st.start_time = ts
     if not spec.checkpoint.claim_name:
-        set_condition(st, "CheckpointsPersistent", False, "NoClaim",
-                      "checkpoint.claimName is empty: checkpoints live in the pod and a "
-                      "restarted gang starts from scratch", ts)
+        set_condition(
+            st,
+            "CheckpointsPersistent",
+            False,
+            "NoClaim",
+            "checkpoint.claimName is empty: checkpoints live in the pod and a "
+            "restarted gang starts from scratch",
+            ts,
+        )
     else:
-        set_condition(st, "CheckpointsPersistent", True, "ClaimMounted",
-                      f"checkpoints on PVC {spec.checkpoint.claim_name}", ts)
+        set_condition(
+            st,
+            "CheckpointsPersistent",
+            True,
+            "ClaimMounted",
+            f"checkpoints on PVC {spec.checkpoint.claim_name}",
+            ts,
+        )
 
     # ---- an earlier gang still going away --------------------------------------------------
     if stale:
-        d.delete_pods += [(_name(p), _force(p, node_ready)) for p in stale
-                          if not (p.get("metadata") or {}).get("deletionTimestamp")
-                          or _force(p, node_ready)]
+        d.delete_pods += [
+            (_name(p), _force(p, node_ready))
+            for p in stale
+            if not (p.get("metadata") or {}).get("deletionTimestamp") or _force(p, node_ready)
+        ]
         _accrue(st, now, running=False)
         return _finish(d, old, st)
 
@@ -194,23 +218,43 @@ def reconcile(
             set_condition(st, "Unschedulable", True, "NoFit", plan.reason, ts)
             _accrue(st, now, running=False)
             return _finish(d, old, st)
-        set_condition(st, "Unschedulable", False, "Planned",
-                      f"{plan.workers} worker(s) x {plan.gpus_per_worker or plan.tpu_chips_per_worker}"
-                      f" accelerator(s) on {', '.join(plan.nodes)}", ts)
+        set_condition(
+            st,
+            "Unschedulable",
+            False,
+            "Planned",
+            f"{plan.workers} worker(s) x {plan.gpus_per_worker or plan.tpu_chips_per_worker}"
+            f" accelerator(s) on {', '.join(plan.nodes)}",
+            ts,
+        )
         st.plan = plan.to_json()
-        st.placement = PlacementStatus(workers=plan.workers,
-                                       gpus_per_worker=plan.gpus_per_worker,
-                                       nodes=list(plan.nodes), spot=plan.spot)
+        st.placement = PlacementStatus(
+            workers=plan.workers,
+            gpus_per_worker=plan.gpus_per_worker,
+            nodes=list(plan.nodes),
+            spot=plan.spot,
+        )
         st.cost.rate_per_hour = plan.cost_per_hour
-        d.create += [render_pod(job, plan, i, uid=uid, attempt=st.attempt)
-                     for i in range(plan.workers)]
-        set_condition(st, "Created", True, "WorkersCreated",
-                      f"attempt {st.attempt}: {plan.workers} worker(s) created, gated until all "
-                      "exist", ts)
-        d.events.append(("Normal", "WorkersCreated",
-                         f"attempt {st.attempt}: {plan.workers} worker(s), strategy "
-                         f"{plan.strategy}, nodes {', '.join(plan.nodes)}, "
-                         f"${plan.cost_per_hour:.2f}/h"))
+        d.create += [
+            render_pod(job, plan, i, uid=uid, attempt=st.attempt) for i in range(plan.workers)
+        ]
+        set_condition(
+            st,
+            "Created",
+            True,
+            "WorkersCreated",
+            f"attempt {st.attempt}: {plan.workers} worker(s) created, gated until all exist",
+            ts,
+        )
+        d.events.append(
+            (
+                "Normal",
+                "WorkersCreated",
+                f"attempt {st.attempt}: {plan.workers} worker(s), strategy "
+                f"{plan.strategy}, nodes {', '.join(plan.nodes)}, "
+                f"${plan.cost_per_hour:.2f}/h",
+            )
+        )
         st.attempt_created_at = ts
         _accrue(st, now, running=False)
         return _finish(d, old, st)
@@ -239,11 +283,11 @@ def reconcile(
         st.completion_time = ts
         _accrue(st, now, running=False)
         set_condition(st, "Running", False, "Finished", "worker 0 exited 0", ts)
-        set_condition(st, "Succeeded", True, "Finished", "worker 0 exited 0 after the last epoch",
-                      ts)
+        set_condition(
+            st, "Succeeded", True, "Finished", "worker 0 exited 0 after the last epoch", ts
+        )
         d.events.append(("Normal", "Succeeded", "training finished"))
-        d.delete_pods += _clean_pods(current, policy.clean_pod_policy, node_ready,
-                                     finished=True)
+        d.delete_pods += _clean_pods(current, policy.clean_pod_policy, node_ready, finished=True)
         return _finish(d, old, st)
     if failed:
         _restart_gang(st, d, job, failed, pods, node_ready, ts, now)
@@ -257,15 +301,27 @@ def reconcile(
             d.events.append(("Normal", "Running", f"all {len(workers)} worker(s) running"))
         _accrue(st, now, running=True)
         st.phase = Phase.running
-        set_condition(st, "Running", True, "AllWorkersRunning",
-                      f"{len(workers)} worker(s) on {', '.join(w.node for w in workers)}", ts)
+        set_condition(
+            st,
+            "Running",
+            True,
+            "AllWorkersRunning",
+            f"{len(workers)} worker(s) on {', '.join(w.node for w in workers)}",
+            ts,
+        )
         set_condition(st, "Restarting", False, "AllWorkersRunning", "", ts)
         set_condition(st, "Unschedulable", False, "Scheduled", "all workers bound", ts)
     else:
         waiting = [w for w in workers if w.outcome == Outcome.pending and w.detail]
         if waiting:
-            set_condition(st, "Unschedulable", True, "SchedulerWaiting",
-                          f"{waiting[0].name}: {waiting[0].detail}", ts)
+            set_condition(
+                st,
+                "Unschedulable",
+                True,
+                "SchedulerWaiting",
+                f"{waiting[0].name}: {waiting[0].detail}",
+                ts,
+            )
         _accrue(st, now, running=False)
         if st.phase not in (Phase.restarting,):
             st.phase = Phase.pending
@@ -323,8 +379,9 @@ def _accrue(st: GANTrainingJobStatus, now: datetime, *, running: bool) -> None:
     st.cost_accrued_at = now_iso(now) if running else None
 
 
-def _fail(st: GANTrainingJobStatus, d: Decision, reason: str, message: str, ts: str,
-          now: datetime) -> None:
+def _fail(
+    st: GANTrainingJobStatus, d: Decision, reason: str, message: str, ts: str, now: datetime
+) -> None:
     st.phase = Phase.failed
     st.completion_time = ts
     _accrue(st, now, running=False)
@@ -350,33 +407,57 @@ def _restart_gang(
     _accrue(st, now, running=False)
     if disruptions:
         st.preemptions += 1
-        d.events.append(("Warning", "Preempted", f"infrastructure disruption ({what}); "
-                         f"restarting the gang from the latest checkpoint"))
+        d.events.append(
+            (
+                "Warning",
+                "Preempted",
+                f"infrastructure disruption ({what}); "
+                f"restarting the gang from the latest checkpoint",
+            )
+        )
         if policy.max_preemptions is not None and st.preemptions > policy.max_preemptions:
-            _fail(st, d, "MaxPreemptionsExceeded",
-                  f"{st.preemptions} preemptions, runPolicy.maxPreemptions is "
-                  f"{policy.max_preemptions}; last: {what}", ts, now)
+            _fail(
+                st,
+                d,
+                "MaxPreemptionsExceeded",
+                f"{st.preemptions} preemptions, runPolicy.maxPreemptions is "
+                f"{policy.max_preemptions}; last: {what}",
+                ts,
+                now,
+            )
             d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
             return
     else:
         st.restarts += 1
         if st.restarts > policy.backoff_limit:
-            _fail(st, d, "BackoffLimitExceeded",
-                  f"{st.restarts} application failures, runPolicy.backoffLimit is "
-                  f"{policy.backoff_limit}; last: {what}", ts, now)
+            _fail(
+                st,
+                d,
+                "BackoffLimitExceeded",
+                f"{st.restarts} application failures, runPolicy.backoffLimit is "
+                f"{policy.backoff_limit}; last: {what}",
+                ts,
+                now,
+            )
             d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
             return
-        d.events.append(("Warning", "WorkerFailed", f"application failure ({what}); "
-                         f"restart {st.restarts} of {policy.backoff_limit}"))
+        d.events.append(
+            (
+                "Warning",
+                "WorkerFailed",
+                f"application failure ({what}); restart {st.restarts} of {policy.backoff_limit}",
+            )
+        )
     st.attempt += 1
     st.phase = Phase.restarting
     set_condition(st, "Running", False, "Restarting", what, ts)
-    set_condition(st, "Restarting", True, "Preempted" if disruptions else "WorkerFailed", what,
-                  ts)
+    set_condition(st, "Restarting", True, "Preempted" if disruptions else "WorkerFailed", what, ts)
     # Status (with the new attempt) is written before these deletions happen.
-    d.delete_pods += [(_name(p), _force(p, node_ready)) for p in pods
-                      if not (p.get("metadata") or {}).get("deletionTimestamp")
-                      or _force(p, node_ready)]
+    d.delete_pods += [
+        (_name(p), _force(p, node_ready))
+        for p in pods
+        if not (p.get("metadata") or {}).get("deletionTimestamp") or _force(p, node_ready)
+    ]
 
 
 def _finish(d: Decision, old: GANTrainingJobStatus, st: GANTrainingJobStatus) -> Decision:

@@ -143,7 +143,7 @@ def node_affinity(job: GANTrainingJob, plan: Plan) -> dict[str, Any]:
     elif policy == SpotPolicy.required:
         # Node selector terms are ORed: one term per way a node can say it is spot.
         terms = [
-            base + [{"key": k, "operator": "In", "values": [v]}] for k, v in SPOT_LABELS.items()
+            [*base, {"key": k, "operator": "In", "values": [v]}] for k, v in SPOT_LABELS.items()
         ]
     else:
         terms = [base]

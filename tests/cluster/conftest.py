@@ -35,8 +35,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
-              interval: float = 0.5) -> Any:
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5
+) -> Any:
     """Poll `check` until it returns something truthy; fail naming `what` on timeout."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -52,23 +53,42 @@ class Kubectl:
     def __init__(self, kubeconfig: Path) -> None:
         self.base = [str(CLUSTER / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig)]
 
-    def run(self, *args: str, input: str | None = None, check: bool = True,
-            ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([*self.base, *args], input=input, capture_output=True,
-                                text=True, timeout=60, check=False)
+    def run(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [*self.base, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result
 
-    def apply(self, obj: dict[str, Any] | str | Path, namespace: str | None = None,
-              check: bool = True) -> subprocess.CompletedProcess[str]:
-        text = obj.read_text() if isinstance(obj, Path) else (
-            obj if isinstance(obj, str) else yaml.safe_dump(obj))
+    def apply(
+        self, obj: dict[str, Any] | str | Path, namespace: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        text = (
+            obj.read_text()
+            if isinstance(obj, Path)
+            else (obj if isinstance(obj, str) else yaml.safe_dump(obj))
+        )
         ns = ["-n", namespace] if namespace else []
         return self.run("apply", *ns, "-f", "-", input=text, check=check)
 
-    def get(self, kind: str, name: str | None = None, namespace: str | None = None,
-            selector: str | None = None) -> Any:
+    def get(
+        self,
+        kind: str,
+        name: str | None = None,
+        namespace: str | None = None,
+        selector: str | None = None,
+    ) -> Any:
         args = ["get", kind, *([name] if name else []), "-o", "json"]
         if namespace:
             args += ["-n", namespace]
@@ -96,9 +116,20 @@ class Operator:
         env = {**os.environ, "KUBECONFIG": str(KUBECONFIG)}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kubegan_operator.cli", "operator",
-             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "kubegan_operator.cli",
+                "operator",
+                "--metrics-port",
+                str(self.metrics_port),
+                "--health-port",
+                str(self.health_port),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         wait_for("the operator's liveness endpoint", self.healthy, timeout=60)
 
@@ -108,8 +139,9 @@ class Operator:
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"operator exited {self.proc.returncode}; see {self.log_path}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz",
-                                        timeout=2) as r:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.health_port}/healthz", timeout=2
+            ) as r:
                 return r.status == 200
         except OSError:
             return False
@@ -117,8 +149,9 @@ class Operator:
     def metrics(self) -> str:
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                    timeout=5) as r:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
             return r.read().decode()
 
     def kill(self) -> None:
@@ -138,14 +171,24 @@ class Operator:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Kubectl]:
-    result = subprocess.run(["bash", str(ROOT / "hack" / "cluster-up.sh")], cwd=ROOT,
-                            capture_output=True, text=True, timeout=3000, check=False)
+    result = subprocess.run(
+        ["bash", str(ROOT / "hack" / "cluster-up.sh")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+        check=False,
+    )
     if result.returncode != 0:
-        pytest.fail(f"the local control plane did not start:\n{result.stderr[-3000:]}",
-                    pytrace=False)
+        pytest.fail(
+            f"the local control plane did not start:\n{result.stderr[-3000:]}", pytrace=False
+        )
     kubectl = Kubectl(KUBECONFIG)
-    wait_for("the GANTrainingJob CRD", lambda: kubectl.get(
-        "crd", "gantrainingjobs.kubegan.io"), timeout=60)
+    wait_for(
+        "the GANTrainingJob CRD",
+        lambda: kubectl.get("crd", "gantrainingjobs.kubegan.io"),
+        timeout=60,
+    )
     yield kubectl
 
 
@@ -161,8 +204,11 @@ def operator(cluster: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def namespace(cluster: Kubectl) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.run("create", "namespace", name)
-    wait_for("the default service account", lambda: cluster.get(
-        "serviceaccount", "default", namespace=name), timeout=60)
+    wait_for(
+        "the default service account",
+        lambda: cluster.get("serviceaccount", "default", namespace=name),
+        timeout=60,
+    )
     yield name
     cluster.run("delete", "namespace", name, "--wait=false", check=False)
 
@@ -178,24 +224,29 @@ def nodes(cluster: Kubectl, namespace: str) -> Iterator[Callable[[str], list[str
         names = [d["metadata"]["name"] for d in docs]
         cluster.apply(FIXTURES / fixture)
         applied.extend(names)
-        wait_for(f"nodes of {fixture} Ready", lambda: all(_ready(cluster.get("node", n))
-                                                          for n in names), timeout=60)
+        wait_for(
+            f"nodes of {fixture} Ready",
+            lambda: all(_ready(cluster.get("node", n)) for n in names),
+            timeout=60,
+        )
         return names
 
     yield apply
     cluster.run("delete", "ganjob", "--all", "-n", namespace, "--wait=false", check=False)
-    cluster.run("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force",
-                check=False)
+    cluster.run(
+        "delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", check=False
+    )
     if applied:
-        cluster.run("delete", "node", *applied, "--ignore-not-found", "--wait=false",
-                    check=False)
+        cluster.run("delete", "node", *applied, "--ignore-not-found", "--wait=false", check=False)
 
 
 def _ready(node: dict[str, Any] | None) -> bool:
     if not node:
         return False
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in node.get("status", {}).get("conditions", []))
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in node.get("status", {}).get("conditions", [])
+    )
 
 
 def load_example(name: str, **changes: Any) -> dict[str, Any]:

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from kubegan_operator.api import GANTrainingJob
 from kubegan_operator.planner import plan
 from kubegan_operator.render import render_pod
 from kubegan_operator.topology import build_inventory
+
 from tests.cluster.conftest import Kubectl, Operator, load_example, wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,8 +25,9 @@ COMPLETE_LABEL = "pod-complete.stage.kwok.x-k8s.io=true"
 
 def gan3d_job(name: str = "gan3d-v100", **changes: Any) -> dict[str, Any]:
     # No checkpoint PVC: fake nodes have no storage; the condition says so.
-    return load_example("gan3d-gke-v100-spot.yaml", metadata__name=name,
-                        spec__checkpoint__claimName=None, **changes)
+    return load_example(
+        "gan3d-gke-v100-spot.yaml", metadata__name=name, spec__checkpoint__claimName=None, **changes
+    )
 
 
 def job_status(k: Kubectl, ns: str, name: str) -> dict[str, Any]:
@@ -48,9 +49,11 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def wait_phase(k: Kubectl, ns: str, name: str, phase: str, timeout: float = 60) -> dict:
-    return wait_for(f"{name} phase {phase}",
-                    lambda: (s := job_status(k, ns, name)).get("phase") == phase and s,
-                    timeout=timeout)
+    return wait_for(
+        f"{name} phase {phase}",
+        lambda: (s := job_status(k, ns, name)).get("phase") == phase and s,
+        timeout=timeout,
+    )
 
 
 def run_gan3d(k: Kubectl, ns: str, **changes: Any) -> list[dict[str, Any]]:
@@ -82,8 +85,9 @@ def test_invalid_job_is_refused_by_the_apiserver(cluster: Kubectl, namespace: st
     assert result.returncode != 0 and "52 characters" in result.stderr
 
 
-def test_32_gpus_on_v100_pool(operator: Operator, cluster: Kubectl, namespace: str,
-                              nodes: Callable[[str], list[str]]) -> None:
+def test_32_gpus_on_v100_pool(
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     pool = nodes(V100)
     pods = run_gan3d(cluster, namespace)
     assert len(pods) == 4
@@ -99,26 +103,38 @@ def test_32_gpus_on_v100_pool(operator: Operator, cluster: Kubectl, namespace: s
     assert status["cost"]["ratePerHour"] == pytest.approx(32 * 0.82)
     assert condition(status, "CheckpointsPersistent")["status"] == "False"
     table = cluster.run("get", "ganjob", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "WORKERS", "GPUS/WORKER", "EPOCH",
-                                "EPOCH-TIME", "COST", "AGE"]
+    assert table[0].split() == [
+        "NAME",
+        "PHASE",
+        "WORKERS",
+        "GPUS/WORKER",
+        "EPOCH",
+        "EPOCH-TIME",
+        "COST",
+        "AGE",
+    ]
     assert table[1].split()[:4] == ["gan3d-v100", "Running", "4", "8"]
     short = cluster.run("get", "ganjobs", "-n", namespace, "-o", "name").stdout.strip()
     assert short == "gantrainingjob.kubegan.io/gan3d-v100"
-    events = cluster.run("get", "events", "-n", namespace,
-                         "--field-selector", "involvedObject.name=gan3d-v100").stdout
+    events = cluster.run(
+        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=gan3d-v100"
+    ).stdout
     assert "WorkersCreated" in events and "Running" in events
     # the service and config map exist, owned by the job
     for kind, name in (("service", "gan3d-v100"), ("configmap", "gan3d-v100-config")):
         obj = cluster.get(kind, name, namespace=namespace)
         assert obj["metadata"]["ownerReferences"][0]["kind"] == "GANTrainingJob"
     metrics = operator.metrics()
-    assert f'kubegan_job_cost_rate_dollars_per_hour{{ganjob="gan3d-v100",namespace="{namespace}"}}' \
+    assert (
+        f'kubegan_job_cost_rate_dollars_per_hour{{ganjob="gan3d-v100",namespace="{namespace}"}}'
         in metrics
+    )
     assert "kubegan_reconcile_duration_seconds_count" in metrics
 
 
-def test_node_loss_is_a_preemption(operator: Operator, cluster: Kubectl, namespace: str,
-                                   nodes: Callable[[str], list[str]]) -> None:
+def test_node_loss_is_a_preemption(
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     pool = nodes(V100)
     pods = run_gan3d(cluster, namespace)
     lost = pods[1]["spec"]["nodeName"]
@@ -126,17 +142,33 @@ def test_node_loss_is_a_preemption(operator: Operator, cluster: Kubectl, namespa
     started = time.monotonic()
     cluster.run("delete", "node", lost)
     # only 3 nodes are left for 4 x 8 GPUs: the job waits, Unschedulable, with no restart
-    status = wait_for("one preemption recorded", lambda: (
-        s := job_status(cluster, namespace, "gan3d-v100")).get("preemptions") == 1 and s,
-        timeout=60)
+    status = wait_for(
+        "one preemption recorded",
+        lambda: (s := job_status(cluster, namespace, "gan3d-v100")).get("preemptions") == 1 and s,
+        timeout=60,
+    )
     assert status["restarts"] == 0
-    wait_for("the old workers gone", lambda: not any(
-        p["metadata"]["uid"] in old_uids for p in workers(cluster, namespace, "gan3d-v100")),
-        timeout=60)
+    wait_for(
+        "the old workers gone",
+        lambda: (
+            not any(
+                p["metadata"]["uid"] in old_uids for p in workers(cluster, namespace, "gan3d-v100")
+            )
+        ),
+        timeout=60,
+    )
     assert time.monotonic() - started < 60
-    status = wait_for("Unschedulable", lambda: condition(
-        s := job_status(cluster, namespace, "gan3d-v100"), "Unschedulable").get(
-        "status") == "True" and s, timeout=30)
+    status = wait_for(
+        "Unschedulable",
+        lambda: (
+            condition(s := job_status(cluster, namespace, "gan3d-v100"), "Unschedulable").get(
+                "status"
+            )
+            == "True"
+            and s
+        ),
+        timeout=30,
+    )
     assert status["phase"] in ("Restarting", "Pending")
     assert "32 GPUs" in condition(status, "Unschedulable")["message"]
     # a replacement node arrives: the job runs again, away from the lost node
@@ -150,31 +182,43 @@ def test_node_loss_is_a_preemption(operator: Operator, cluster: Kubectl, namespa
 
 
 def test_node_loss_with_spare_capacity_rebinds_elsewhere(
-        operator: Operator, cluster: Kubectl, namespace: str,
-        nodes: Callable[[str], list[str]]) -> None:
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     nodes(V100)
     pods = run_gan3d(cluster, namespace, spec__resources__gpus=16)
     assert len(pods) == 2
     lost = pods[0]["spec"]["nodeName"]
     cluster.run("delete", "node", lost)
-    status = wait_for("running again after the preemption", lambda: (
-        s := job_status(cluster, namespace, "gan3d-v100")).get("preemptions") == 1
-        and s.get("phase") == "Running" and s, timeout=60)
+    status = wait_for(
+        "running again after the preemption",
+        lambda: (
+            (s := job_status(cluster, namespace, "gan3d-v100")).get("preemptions") == 1
+            and s.get("phase") == "Running"
+            and s
+        ),
+        timeout=60,
+    )
     assert status["restarts"] == 0
     new = live(workers(cluster, namespace, "gan3d-v100"))
     assert len(new) == 2 and lost not in {p["spec"]["nodeName"] for p in new}
 
 
 def test_application_failures_hit_backoff_limit(
-        operator: Operator, cluster: Kubectl, namespace: str,
-        nodes: Callable[[str], list[str]]) -> None:
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     nodes(V100)
-    run_gan3d(cluster, namespace, spec__runPolicy__backoffLimit=1,
-              spec__runPolicy__cleanPodPolicy="Running")
+    run_gan3d(
+        cluster,
+        namespace,
+        spec__runPolicy__backoffLimit=1,
+        spec__runPolicy__cleanPodPolicy="Running",
+    )
     cluster.run("label", "pod", "gan3d-v100-worker-2", FAIL_LABEL, "-n", namespace)
-    status = wait_for("restart counted", lambda: (
-        s := job_status(cluster, namespace, "gan3d-v100")).get("restarts") == 1 and s,
-        timeout=60)
+    status = wait_for(
+        "restart counted",
+        lambda: (s := job_status(cluster, namespace, "gan3d-v100")).get("restarts") == 1 and s,
+        timeout=60,
+    )
     assert status["preemptions"] == 0
     status = wait_phase(cluster, namespace, "gan3d-v100", "Running", timeout=60)
     assert status["attempt"] == 1
@@ -185,36 +229,52 @@ def test_application_failures_hit_backoff_limit(
     assert "gan3d-v100-worker-0: exit code 1" in failed["message"]
     assert status["restarts"] == 2 and status["completionTime"]
     # cleanPodPolicy Running: nothing left running; the failed worker is kept for its logs
-    wait_for("running workers cleaned", lambda: all(
-        p["status"].get("phase") in ("Failed", "Succeeded")
-        for p in live(workers(cluster, namespace, "gan3d-v100"))), timeout=60)
+    wait_for(
+        "running workers cleaned",
+        lambda: all(
+            p["status"].get("phase") in ("Failed", "Succeeded")
+            for p in live(workers(cluster, namespace, "gan3d-v100"))
+        ),
+        timeout=60,
+    )
     events = cluster.run("get", "events", "-n", namespace).stdout
     assert "BackoffLimitExceeded" in events
 
 
 def test_success_when_worker_0_completes(
-        operator: Operator, cluster: Kubectl, namespace: str,
-        nodes: Callable[[str], list[str]]) -> None:
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     nodes(V100)
     run_gan3d(cluster, namespace, spec__runPolicy__cleanPodPolicy="All")
     cluster.run("label", "pod", "gan3d-v100-worker-0", COMPLETE_LABEL, "-n", namespace)
     status = wait_phase(cluster, namespace, "gan3d-v100", "Succeeded")
     assert status["completionTime"] and condition(status, "Succeeded")["status"] == "True"
-    wait_for("all pods cleaned", lambda: not live(workers(cluster, namespace, "gan3d-v100")),
-             timeout=60)
+    wait_for(
+        "all pods cleaned", lambda: not live(workers(cluster, namespace, "gan3d-v100")), timeout=60
+    )
 
 
 def test_infeasible_job_waits_then_starts(
-        operator: Operator, cluster: Kubectl, namespace: str,
-        nodes: Callable[[str], list[str]]) -> None:
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     job = load_example("acgan-gke-tpu-v5e.yaml", spec__checkpoint__claimName=None)
     cluster.apply(job, namespace=namespace)
-    status = wait_for("Unschedulable condition", lambda: condition(
-        s := job_status(cluster, namespace, "acgan-tpu"), "Unschedulable").get(
-        "status") == "True" and s, timeout=60)
+    status = wait_for(
+        "Unschedulable condition",
+        lambda: (
+            condition(s := job_status(cluster, namespace, "acgan-tpu"), "Unschedulable").get(
+                "status"
+            )
+            == "True"
+            and s
+        ),
+        timeout=60,
+    )
     assert status["phase"] == "Pending"
-    assert "no free TPU slice tpu-v5-lite-podslice 4x4" in condition(
-        status, "Unschedulable")["message"]
+    assert (
+        "no free TPU slice tpu-v5-lite-podslice 4x4"
+        in condition(status, "Unschedulable")["message"]
+    )
     assert workers(cluster, namespace, "acgan-tpu") == []
     nodes("nodes-gke-tpu-v5e.yaml")
     status = wait_phase(cluster, namespace, "acgan-tpu", "Running", timeout=60)
@@ -228,8 +288,8 @@ def test_infeasible_job_waits_then_starts(
 
 
 def test_operator_restart_keeps_pods_and_status(
-        operator: Operator, cluster: Kubectl, namespace: str,
-        nodes: Callable[[str], list[str]]) -> None:
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     nodes(V100)
     pods = run_gan3d(cluster, namespace)
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
@@ -237,8 +297,10 @@ def test_operator_restart_keeps_pods_and_status(
     operator.kill()
     operator.start()
     time.sleep(12)  # longer than one resync period: the restarted operator has looked
-    after = {p["metadata"]["name"]: p["metadata"]["uid"]
-             for p in workers(cluster, namespace, "gan3d-v100")}
+    after = {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in workers(cluster, namespace, "gan3d-v100")
+    }
     assert after == before
     status = job_status(cluster, namespace, "gan3d-v100")
     for key in ("phase", "attempt", "restarts", "preemptions", "startTime", "placement"):
@@ -246,8 +308,8 @@ def test_operator_restart_keeps_pods_and_status(
 
 
 def test_operator_killed_while_creating_a_gang(
-        operator: Operator, cluster: Kubectl, namespace: str,
-        nodes: Callable[[str], list[str]]) -> None:
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     """The operator wrote the plan to status and created one worker of four, then died.
     Restarted, it completes the same gang: no duplicate, no orphan, no re-plan."""
     nodes(V100)
@@ -259,8 +321,17 @@ def test_operator_killed_while_creating_a_gang(
     p = plan(job.spec, inventory)
     assert p.feasible
     status = {"phase": "Pending", "attempt": 0, "plan": p.to_json()}
-    cluster.run("patch", "ganjob", "gan3d-v100", "-n", namespace, "--subresource=status",
-                "--type=merge", "-p", json.dumps({"status": status}))
+    cluster.run(
+        "patch",
+        "ganjob",
+        "gan3d-v100",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
     pod0 = render_pod(job, p, 0, uid=raw["metadata"]["uid"], attempt=0)
     cluster.apply(pod0, namespace=namespace)
     uid0 = cluster.get("pod", "gan3d-v100-worker-0", namespace=namespace)["metadata"]["uid"]
@@ -272,48 +343,95 @@ def test_operator_killed_while_creating_a_gang(
 
 
 def test_deleting_the_job_removes_everything(
-        operator: Operator, cluster: Kubectl, namespace: str,
-        nodes: Callable[[str], list[str]]) -> None:
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     nodes(V100)
     run_gan3d(cluster, namespace)
     cluster.run("delete", "ganjob", "gan3d-v100", "-n", namespace)
-    wait_for("pods, service and config map garbage-collected", lambda: (
-        not live(workers(cluster, namespace, "gan3d-v100"))
-        and cluster.get("service", "gan3d-v100", namespace=namespace) is None
-        and cluster.get("configmap", "gan3d-v100-config", namespace=namespace) is None),
-        timeout=60)
+    wait_for(
+        "pods, service and config map garbage-collected",
+        lambda: (
+            not live(workers(cluster, namespace, "gan3d-v100"))
+            and cluster.get("service", "gan3d-v100", namespace=namespace) is None
+            and cluster.get("configmap", "gan3d-v100-config", namespace=namespace) is None
+        ),
+        timeout=60,
+    )
 
 
-def test_suspend_and_resume(operator: Operator, cluster: Kubectl, namespace: str,
-                            nodes: Callable[[str], list[str]]) -> None:
+def test_suspend_and_resume(
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     nodes(V100)
     run_gan3d(cluster, namespace)
-    cluster.run("patch", "ganjob", "gan3d-v100", "-n", namespace, "--type=merge",
-                "-p", '{"spec": {"runPolicy": {"suspend": true}}}')
+    cluster.run(
+        "patch",
+        "ganjob",
+        "gan3d-v100",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"runPolicy": {"suspend": true}}}',
+    )
     wait_phase(cluster, namespace, "gan3d-v100", "Suspended")
-    wait_for("workers deleted", lambda: not live(workers(cluster, namespace, "gan3d-v100")),
-             timeout=60)
-    cluster.run("patch", "ganjob", "gan3d-v100", "-n", namespace, "--type=merge",
-                "-p", '{"spec": {"runPolicy": {"suspend": false}}}')
+    wait_for(
+        "workers deleted", lambda: not live(workers(cluster, namespace, "gan3d-v100")), timeout=60
+    )
+    cluster.run(
+        "patch",
+        "ganjob",
+        "gan3d-v100",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"runPolicy": {"suspend": false}}}',
+    )
     wait_phase(cluster, namespace, "gan3d-v100", "Running", timeout=60)
 
 
 def test_a_bad_object_does_not_stop_the_operator(
-        operator: Operator, cluster: Kubectl, namespace: str,
-        nodes: Callable[[str], list[str]]) -> None:
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
     nodes(V100)
     # A job whose operator bookkeeping was corrupted by hand: reconciling it fails.
-    cluster.apply(gan3d_job(name="broken", spec__resources__gpus=8,
-                            spec__runPolicy__suspend=True), namespace=namespace)
+    cluster.apply(
+        gan3d_job(name="broken", spec__resources__gpus=8, spec__runPolicy__suspend=True),
+        namespace=namespace,
+    )
     wait_phase(cluster, namespace, "broken", "Suspended")
-    cluster.run("patch", "ganjob", "broken", "-n", namespace, "--subresource=status",
-                "--type=merge", "-p", json.dumps({"status": {"phase": "Pending",
-                                                              "plan": {"workers": "many"}}}))
-    cluster.run("patch", "ganjob", "broken", "-n", namespace, "--type=merge",
-                "-p", '{"spec": {"runPolicy": {"suspend": false}}}')
-    wait_for("a ReconcileError event", lambda: "ReconcileError" in cluster.run(
-        "get", "events", "-n", namespace, "--field-selector",
-        "involvedObject.name=broken").stdout, timeout=60)
+    cluster.run(
+        "patch",
+        "ganjob",
+        "broken",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"phase": "Pending", "plan": {"workers": "many"}}}),
+    )
+    cluster.run(
+        "patch",
+        "ganjob",
+        "broken",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"runPolicy": {"suspend": false}}}',
+    )
+    wait_for(
+        "a ReconcileError event",
+        lambda: (
+            "ReconcileError"
+            in cluster.run(
+                "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=broken"
+            ).stdout
+        ),
+        timeout=60,
+    )
     # ... and every other job is still served
     run_gan3d(cluster, namespace, spec__resources__gpus=16)
     assert operator.healthy()

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from kubegan_operator.api import CROSS_FIELD_RULES
 from kubegan_operator.crd import crd_yaml
 
@@ -19,7 +18,9 @@ CRD_FILE = ROOT / "crds" / "gantrainingjobs.kubegan.io.yaml"
 def test_committed_crd_equals_generated() -> None:
     generated = subprocess.run(
         [sys.executable, "-m", "kubegan_operator.cli", "crd"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert generated == CRD_FILE.read_text(), "run `make crd` and commit the result"
 
@@ -57,18 +58,30 @@ def test_crd_names_columns_and_status() -> None:
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Phase", "Workers", "GPUs/Worker", "Epoch", "Epoch-Time", "Cost", "Age"]
+        "Phase",
+        "Workers",
+        "GPUs/Worker",
+        "Epoch",
+        "Epoch-Time",
+        "Cost",
+        "Age",
+    ]
 
 
 def test_enums_minimums_defaults_and_rules() -> None:
     spec = yaml.safe_load(crd_yaml())["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
-        "properties"]["spec"]
+        "properties"
+    ]["spec"]
     props = spec["properties"]
     assert props["framework"]["enum"] == ["tensorflow", "pytorch"]
     assert props["strategy"]["default"] == "auto"
     training = props["training"]["properties"]
-    assert training["epochs"] == {"type": "integer", "default": 60, "minimum": 1,
-                                  "maximum": 1_000_000}
+    assert training["epochs"] == {
+        "type": "integer",
+        "default": 60,
+        "minimum": 1,
+        "maximum": 1_000_000,
+    }
     assert training["gradientClipNorm"]["exclusiveMinimum"] is True
     assert props["placement"]["properties"]["spot"]["enum"] == ["allowed", "required", "never"]
     assert props["runPolicy"]["properties"]["cleanPodPolicy"]["default"] == "Running"

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kubegan_operator.api import GANTrainingJobSpec
 from kubegan_operator.cli import main
 from kubegan_operator.planner import choose_gpu_shape, divisors_descending, plan
 from kubegan_operator.topology import build_inventory
+
 from tests.unit.nodes import node, pod
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -24,8 +24,12 @@ def spec(**resources: Any) -> GANTrainingJobSpec:
     placement = resources.pop("placement", {})
     framework = resources.pop("framework", "tensorflow")
     return GANTrainingJobSpec.model_validate(
-        {"framework": framework, "model": {"name": "gan3d"}, "resources": resources,
-         "placement": placement}
+        {
+            "framework": framework,
+            "model": {"name": "gan3d"},
+            "resources": resources,
+            "placement": placement,
+        }
     )
 
 
@@ -61,8 +65,10 @@ def test_mixed_free_gpus_pick_best_fit() -> None:
 
 def test_finished_pods_do_not_count() -> None:
     nodes = v100_pool(4)
-    pods = [pod(f"done-{i}", f"v100-{i}", 8, phase=ph)
-            for i, ph in enumerate(["Succeeded", "Failed", "Succeeded", "Failed"])]
+    pods = [
+        pod(f"done-{i}", f"v100-{i}", 8, phase=ph)
+        for i, ph in enumerate(["Succeeded", "Failed", "Succeeded", "Failed"])
+    ]
     assert plan(spec(gpus=32), build_inventory(nodes, pods)).workers == 4
 
 
@@ -89,8 +95,10 @@ def test_own_pods_excluded_when_replanning() -> None:
     [
         ({"cordoned": True}, "cordoned"),
         ({"ready": False}, "NotReady"),
-        ({"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]},
-         "taint dedicated=ml:NoSchedule not tolerated"),
+        (
+            {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]},
+            "taint dedicated=ml:NoSchedule not tolerated",
+        ),
     ],
 )
 def test_unusable_nodes_skipped(bad: dict[str, Any], why: str) -> None:
@@ -105,8 +113,14 @@ def test_user_toleration_admits_tainted_node() -> None:
     taint = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
     nodes = [node("n0", taints=[taint])]
     assert not plan(spec(gpus=8), build_inventory(nodes)).feasible
-    s = spec(gpus=8, placement={"tolerations": [{"key": "dedicated", "operator": "Equal",
-                                                 "value": "ml", "effect": "NoSchedule"}]})
+    s = spec(
+        gpus=8,
+        placement={
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+            ]
+        },
+    )
     assert plan(s, build_inventory(nodes)).feasible
 
 
@@ -145,12 +159,27 @@ def test_spot_required_only_spot() -> None:
 
 
 def test_aks_spot_label_and_taint() -> None:
-    aks = [node(f"aks-{i}", 4, accelerator="", pool="", labels={
-        "kubernetes.azure.com/agentpool": "gpuspot",
-        "kubernetes.azure.com/scalesetpriority": "spot",
-        "kubernetes.azure.com/accelerator": "nvidia"},
-        taints=[{"key": "kubernetes.azure.com/scalesetpriority", "value": "spot",
-                 "effect": "NoSchedule"}]) for i in range(3)]
+    aks = [
+        node(
+            f"aks-{i}",
+            4,
+            accelerator="",
+            pool="",
+            labels={
+                "kubernetes.azure.com/agentpool": "gpuspot",
+                "kubernetes.azure.com/scalesetpriority": "spot",
+                "kubernetes.azure.com/accelerator": "nvidia",
+            },
+            taints=[
+                {
+                    "key": "kubernetes.azure.com/scalesetpriority",
+                    "value": "spot",
+                    "effect": "NoSchedule",
+                }
+            ],
+        )
+        for i in range(3)
+    ]
     for n in aks:
         del n["metadata"]["labels"]["cloud.google.com/gke-nodepool"]
     p = plan(spec(gpus=12, accelerator="nvidia"), build_inventory(aks))
@@ -159,8 +188,10 @@ def test_aks_spot_label_and_taint() -> None:
 
 
 def test_accelerator_filter() -> None:
-    nodes = [*v100_pool(2), *[node(f"t4-{i}", 4, accelerator="nvidia-tesla-t4", pool="t4")
-                              for i in range(4)]]
+    nodes = [
+        *v100_pool(2),
+        *[node(f"t4-{i}", 4, accelerator="nvidia-tesla-t4", pool="t4") for i in range(4)],
+    ]
     p = plan(spec(gpus=16, accelerator="nvidia-tesla-t4"), build_inventory(nodes))
     assert (p.workers, p.gpus_per_worker) == (4, 4)
     assert all(n.startswith("t4-") for n in p.nodes)
@@ -171,8 +202,7 @@ def test_accelerator_filter() -> None:
 
 def test_node_selector_filter() -> None:
     nodes = [node("a", labels={"team": "physics"}), node("b")]
-    p = plan(spec(gpus=8, placement={"nodeSelector": {"team": "physics"}}),
-             build_inventory(nodes))
+    p = plan(spec(gpus=8, placement={"nodeSelector": {"team": "physics"}}), build_inventory(nodes))
     assert p.nodes == ("a",)
 
 
@@ -202,30 +232,54 @@ def test_cpu_and_memory_requests_are_checked() -> None:
 
 
 def test_mirrored_strategy_needs_one_node() -> None:
-    s = GANTrainingJobSpec.model_validate({"framework": "tensorflow", "strategy": "mirrored",
-                                           "model": {"name": "gan3d"},
-                                           "resources": {"gpus": 16}})
+    s = GANTrainingJobSpec.model_validate(
+        {
+            "framework": "tensorflow",
+            "strategy": "mirrored",
+            "model": {"name": "gan3d"},
+            "resources": {"gpus": 16},
+        }
+    )
     assert not plan(s, build_inventory(v100_pool(4))).feasible
     p = plan(s, build_inventory(v100_pool(2, gpus=16)))
     assert (p.workers, p.gpus_per_worker, p.strategy) == (1, 16, "mirrored")
 
 
-def tpu_slice(pool: str, hosts: int = 4, *, topology: str = "4x4", ready: int | None = None,
-              spot: bool = False) -> list[dict[str, Any]]:
+def tpu_slice(
+    pool: str,
+    hosts: int = 4,
+    *,
+    topology: str = "4x4",
+    ready: int | None = None,
+    spot: bool = False,
+) -> list[dict[str, Any]]:
     return [
-        node(f"{pool}-{i}", 0, pool=pool, spot=spot, tpu_chips=4,
-             ready=ready is None or i < ready,
-             taints=[{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}],
-             labels={"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-                     "cloud.google.com/gke-tpu-topology": topology})
+        node(
+            f"{pool}-{i}",
+            0,
+            pool=pool,
+            spot=spot,
+            tpu_chips=4,
+            ready=ready is None or i < ready,
+            taints=[{"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}],
+            labels={
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                "cloud.google.com/gke-tpu-topology": topology,
+            },
+        )
         for i in range(hosts)
     ]
 
 
 def tpu_spec(topology: str = "4x4") -> GANTrainingJobSpec:
-    return GANTrainingJobSpec.model_validate({
-        "framework": "tensorflow", "strategy": "tpu", "model": {"name": "acgan"},
-        "resources": {"tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": topology}}})
+    return GANTrainingJobSpec.model_validate(
+        {
+            "framework": "tensorflow",
+            "strategy": "tpu",
+            "model": {"name": "acgan"},
+            "resources": {"tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": topology}},
+        }
+    )
 
 
 def test_tpu_slice() -> None:
@@ -264,9 +318,14 @@ def test_divisors() -> None:
 # ---- properties ---------------------------------------------------------------------------
 
 node_sets = st.lists(
-    st.tuples(st.sampled_from([0, 1, 2, 4, 8, 16]), st.integers(0, 8), st.booleans(),
-              st.sampled_from(["p0", "p1", "p2"])),
-    min_size=0, max_size=12,
+    st.tuples(
+        st.sampled_from([0, 1, 2, 4, 8, 16]),
+        st.integers(0, 8),
+        st.booleans(),
+        st.sampled_from(["p0", "p1", "p2"]),
+    ),
+    min_size=0,
+    max_size=12,
 )
 
 
@@ -293,14 +352,16 @@ def test_plan_invariants(shape: list[tuple[int, int, bool, str]], gpus: int) -> 
     else:
         assert p.reason
         # infeasible only if truly no divisor fits
-        assert all(sum(f >= d for f in free.values()) < gpus // d
-                   for d in divisors_descending(gpus))
+        assert all(
+            sum(f >= d for f in free.values()) < gpus // d for d in divisors_descending(gpus)
+        )
 
 
 @settings(max_examples=200, deadline=None)
 @given(shape=node_sets, workers=st.integers(1, 8), per=st.integers(0, 8))
-def test_explicit_shape_invariants(shape: list[tuple[int, int, bool, str]], workers: int,
-                                   per: int) -> None:
+def test_explicit_shape_invariants(
+    shape: list[tuple[int, int, bool, str]], workers: int, per: int
+) -> None:
     inventory = _inventory(shape)
     p = plan(spec(workers=workers, gpusPerWorker=per), inventory)
     free = {n.name: n.free_gpus for n in inventory.nodes}
@@ -320,8 +381,9 @@ def write_list(path: Path, kind: str, items: list[dict[str, Any]]) -> Path:
     return path
 
 
-def test_cli_plan_feasible_and_infeasible(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_plan_feasible_and_infeasible(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = Path(__file__).resolve().parents[2]
     job = root / "examples" / "gan3d-gke-v100-spot.yaml"
     spot_nodes = v100_pool(4, spot=True)
@@ -329,8 +391,16 @@ def test_cli_plan_feasible_and_infeasible(tmp_path: Path,
     assert main(["plan", "--nodes", str(nodes), str(job)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["feasible"] and out["workers"] == 4 and out["gpusPerWorker"] == 8
-    assert set(out) >= {"feasible", "workers", "gpusPerWorker", "strategy", "nodes", "spot",
-                        "costPerHour", "reason"}
+    assert set(out) >= {
+        "feasible",
+        "workers",
+        "gpusPerWorker",
+        "strategy",
+        "nodes",
+        "spot",
+        "costPerHour",
+        "reason",
+    }
     pods = write_list(tmp_path / "pods.yaml", "Pod", [pod("x", "v100-0", 1)])
     assert main(["plan", "--nodes", str(nodes), "--pods", str(pods), str(job)]) == 3
     out = json.loads(capsys.readouterr().out)
@@ -341,8 +411,10 @@ def test_cli_plan_reads_yaml_stream(tmp_path: Path, capsys: pytest.CaptureFixtur
     root = Path(__file__).resolve().parents[2]
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text(yaml.safe_dump_all(v100_pool(4, spot=True)))
-    assert main(["plan", "--nodes", str(nodes),
-                 str(root / "examples" / "gan3d-gke-v100-spot.yaml")]) == 0
+    assert (
+        main(["plan", "--nodes", str(nodes), str(root / "examples" / "gan3d-gke-v100-spot.yaml")])
+        == 0
+    )
 
 
 def test_cli_plan_bad_nodes_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -351,6 +423,8 @@ def test_cli_plan_bad_nodes_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     bad = node("n0")
     bad["status"]["allocatable"]["nvidia.com/gpu"] = "eight"
     nodes.write_text(yaml.safe_dump(bad))
-    assert main(["plan", "--nodes", str(nodes),
-                 str(root / "examples" / "gan3d-gke-v100-spot.yaml")]) == 2
+    assert (
+        main(["plan", "--nodes", str(nodes), str(root / "examples" / "gan3d-gke-v100-spot.yaml")])
+        == 2
+    )
     assert capsys.readouterr().err.strip() == "node n0: not a quantity: 'eight'"

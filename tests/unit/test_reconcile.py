@@ -7,23 +7,35 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, classify
 from kubegan_operator.reconcile import Decision, reconcile
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
-PLAN = Plan(True, workers=2, gpus_per_worker=8, strategy="multi-worker", nodes=("n0", "n1"),
-            pool="p", pool_label="cloud.google.com/gke-nodepool", cost_per_hour=36.0)
+PLAN = Plan(
+    True,
+    workers=2,
+    gpus_per_worker=8,
+    strategy="multi-worker",
+    nodes=("n0", "n1"),
+    pool="p",
+    pool_label="cloud.google.com/gke-nodepool",
+    cost_per_hour=36.0,
+)
 NODES = {"n0": True, "n1": True, "n2": True}
 
 
 def job(**run_policy: Any) -> dict[str, Any]:
     return {
-        "apiVersion": "kubegan.io/v1alpha1", "kind": "GANTrainingJob",
+        "apiVersion": "kubegan.io/v1alpha1",
+        "kind": "GANTrainingJob",
         "metadata": {"name": "g", "namespace": "ns", "uid": "u-1", "generation": 1},
-        "spec": {"framework": "tensorflow", "model": {"name": "gan3d"},
-                 "resources": {"gpus": 16}, "runPolicy": run_policy},
+        "spec": {
+            "framework": "tensorflow",
+            "model": {"name": "gan3d"},
+            "resources": {"gpus": 16},
+            "runPolicy": run_policy,
+        },
     }
 
 
@@ -46,8 +58,15 @@ class World:
             self.plans_made += 1
             return self.plan
 
-        d = reconcile(self.job, list(self.pods.values()), self.nodes, self.now, make_plan,
-                      have_service=True, have_config_map=True)
+        d = reconcile(
+            self.job,
+            list(self.pods.values()),
+            self.nodes,
+            self.now,
+            make_plan,
+            have_service=True,
+            have_config_map=True,
+        )
         if d.status is not None:
             self.job["status"] = d.status
         for obj in d.create:
@@ -68,8 +87,11 @@ class World:
 
     def end(self, index: int, phase: str, code: int = 0, **status: Any) -> None:
         pod = self.pods[f"g-worker-{index}"]
-        pod["status"] = {"phase": phase, **status, "containerStatuses": [
-            {"name": "trainer", "state": {"terminated": {"exitCode": code}}}]}
+        pod["status"] = {
+            "phase": phase,
+            **status,
+            "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": code}}}],
+        }
 
     @property
     def status(self) -> dict[str, Any]:
@@ -96,8 +118,12 @@ def test_gang_created_gated_then_released() -> None:
     assert [o["metadata"]["name"] for o in d.create] == ["g-worker-0", "g-worker-1"]
     assert d.lift_gates == []
     assert w.status["phase"] == "Pending"
-    assert w.status["placement"] == {"workers": 2, "gpusPerWorker": 8, "nodes": ["n0", "n1"],
-                                     "spot": False}
+    assert w.status["placement"] == {
+        "workers": 2,
+        "gpusPerWorker": 8,
+        "nodes": ["n0", "n1"],
+        "spot": False,
+    }
     d = w.step()
     assert sorted(d.lift_gates) == ["g-worker-0", "g-worker-1"]
     w.schedule_and_run()
@@ -148,8 +174,9 @@ def test_application_failure_counts_restart_and_restarts_gang() -> None:
     assert w.status["phase"] == "Failed"
     assert w.condition("Failed")["reason"] == "BackoffLimitExceeded"
     assert "g-worker-0: exit code 1" in w.condition("Failed")["message"]
-    assert w.pods == {} or all(p["status"]["phase"] in ("Failed", "Succeeded")
-                               for p in w.pods.values())
+    assert w.pods == {} or all(
+        p["status"]["phase"] in ("Failed", "Succeeded") for p in w.pods.values()
+    )
 
 
 @pytest.mark.parametrize(
@@ -164,8 +191,9 @@ def test_disruptions_count_as_preemptions(how: str) -> None:
     elif how == "node_notready":
         w.nodes["n1"] = False
     elif how == "disruption_target":
-        pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True",
-                                        "reason": "PreemptionByScheduler"}]
+        pod["status"]["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+        ]
     elif how == "node_shutdown":
         w.end(1, "Failed", code=143, reason="NodeShutdown", message="node is shutting down")
     else:
@@ -192,8 +220,12 @@ def test_unschedulable_then_runs_when_capacity_appears() -> None:
     d = w.step()
     assert w.status["phase"] == "Pending" and not d.create
     assert w.condition("Unschedulable") == {
-        "type": "Unschedulable", "status": "True", "reason": "NoFit",
-        "message": "need 2 node(s) with 8", "lastTransitionTime": "2026-11-21T12:00:01Z"}
+        "type": "Unschedulable",
+        "status": "True",
+        "reason": "NoFit",
+        "message": "need 2 node(s) with 8",
+        "lastTransitionTime": "2026-11-21T12:00:01Z",
+    }
     assert d.events == [("Warning", "Unschedulable", "need 2 node(s) with 8")]
     assert w.step().events == []  # no repeated event for the same reason
     w.plan = PLAN
@@ -264,9 +296,20 @@ def test_invalid_spec_fails_the_job_with_the_field() -> None:
 
 
 def test_classify_pending_detail() -> None:
-    pod = {"metadata": {"name": "g-worker-0", "labels": {"kubegan.io/worker-index": "0"}},
-           "spec": {}, "status": {"phase": "Pending", "conditions": [
-               {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/3 nodes are available"}]}}
+    pod = {
+        "metadata": {"name": "g-worker-0", "labels": {"kubegan.io/worker-index": "0"}},
+        "spec": {},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available",
+                }
+            ],
+        },
+    }
     w = classify(pod, NODES)
     assert w.outcome == Outcome.pending and w.detail == "Unschedulable: 0/3 nodes are available"

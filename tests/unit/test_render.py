@@ -9,12 +9,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-
 from kubegan_operator.cli import main
 from kubegan_operator.loading import load_job
 from kubegan_operator.planner import plan
 from kubegan_operator.render import render_all
 from kubegan_operator.topology import build_inventory
+
 from tests.unit.nodes import node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,9 +30,19 @@ def spot_v100(n: int = 4) -> list[dict[str, Any]]:
 
 
 def tpu_nodes() -> list[dict[str, Any]]:
-    return [node(f"tpu-{i}", 0, pool="tpu-v5e", tpu_chips=4, labels={
-        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-        "cloud.google.com/gke-tpu-topology": "4x4"}) for i in range(4)]
+    return [
+        node(
+            f"tpu-{i}",
+            0,
+            pool="tpu-v5e",
+            tpu_chips=4,
+            labels={
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                "cloud.google.com/gke-tpu-topology": "4x4",
+            },
+        )
+        for i in range(4)
+    ]
 
 
 def rendered(example: str, nodes: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -48,11 +58,24 @@ CASES = {
     "gan3d": ("gan3d-gke-v100-spot.yaml", spot_v100()),
     "digits": ("digits-local.yaml", None),
     "tpu": ("acgan-gke-tpu-v5e.yaml", tpu_nodes()),
-    "pix2pix": ("pix2pix-aks-spot.yaml", [
-        node(f"aks-{i}", 4, accelerator="nvidia", pool="", spot=False, labels={
-            "kubernetes.azure.com/agentpool": "gpuspot",
-            "kubernetes.azure.com/scalesetpriority": "spot",
-            "kubernetes.azure.com/accelerator": "nvidia"}) for i in range(2)]),
+    "pix2pix": (
+        "pix2pix-aks-spot.yaml",
+        [
+            node(
+                f"aks-{i}",
+                4,
+                accelerator="nvidia",
+                pool="",
+                spot=False,
+                labels={
+                    "kubernetes.azure.com/agentpool": "gpuspot",
+                    "kubernetes.azure.com/scalesetpriority": "spot",
+                    "kubernetes.azure.com/accelerator": "nvidia",
+                },
+            )
+            for i in range(2)
+        ],
+    ),
 }
 
 
@@ -82,9 +105,14 @@ def test_service_configmap_and_ownership() -> None:
     assert config["jobName"] == "gan3d-v100" and config["model"]["name"] == "gan3d"
     for o in objs:
         ref = o["metadata"]["ownerReferences"][0]
-        assert ref == {"apiVersion": "kubegan.io/v1alpha1", "kind": "GANTrainingJob",
-                       "name": "gan3d-v100", "uid": UID, "controller": True,
-                       "blockOwnerDeletion": True}
+        assert ref == {
+            "apiVersion": "kubegan.io/v1alpha1",
+            "kind": "GANTrainingJob",
+            "name": "gan3d-v100",
+            "uid": UID,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
         labels = o["metadata"]["labels"]
         assert labels["kubegan.io/job-name"] == "gan3d-v100"
         assert labels["app.kubernetes.io/part-of"] == "kubegan"
@@ -103,29 +131,47 @@ def test_pods_identity_gang_and_scheduling() -> None:
         assert spec["restartPolicy"] == "Never"
         assert spec["terminationGracePeriodSeconds"] >= 30
         anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        assert anti == [{"labelSelector": {"matchLabels": {"kubegan.io/job-name": "gan3d-v100"}},
-                         "topologyKey": "kubernetes.io/hostname"}]
-        required = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert anti == [
+            {
+                "labelSelector": {"matchLabels": {"kubegan.io/job-name": "gan3d-v100"}},
+                "topologyKey": "kubernetes.io/hostname",
+            }
+        ]
+        required = spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
         terms = required["nodeSelectorTerms"]
         # spot: required -> one OR-ed term per spot label, each pinned to the planned pool
         assert len(terms) == 5
         for t in terms:
-            assert {"key": "cloud.google.com/gke-nodepool", "operator": "In",
-                    "values": ["v100-spot"]} in t["matchExpressions"]
-        assert {"key": "cloud.google.com/gke-spot", "operator": "In", "values": ["true"]} in \
-            terms[0]["matchExpressions"]
+            assert {
+                "key": "cloud.google.com/gke-nodepool",
+                "operator": "In",
+                "values": ["v100-spot"],
+            } in t["matchExpressions"]
+        assert {"key": "cloud.google.com/gke-spot", "operator": "In", "values": ["true"]} in terms[
+            0
+        ]["matchExpressions"]
         pref = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         assert pref[0]["preference"]["matchExpressions"][0]["values"] == [
-            "v100-0", "v100-1", "v100-2", "v100-3"]
+            "v100-0",
+            "v100-1",
+            "v100-2",
+            "v100-3",
+        ]
         tol_keys = {t["key"] for t in spec["tolerations"]}
-        assert {"nvidia.com/gpu", "cloud.google.com/gke-spot",
-                "kubernetes.azure.com/scalesetpriority"} <= tol_keys
+        assert {
+            "nvidia.com/gpu",
+            "cloud.google.com/gke-spot",
+            "kubernetes.azure.com/scalesetpriority",
+        } <= tol_keys
         c = spec["containers"][0]
         assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
-        assert c["resources"]["requests"] == {"cpu": "32", "memory": "200Gi",
-                                              "nvidia.com/gpu": "8"}
-        assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"peer": 2222,
-                                                                         "metrics": 9090}
+        assert c["resources"]["requests"] == {"cpu": "32", "memory": "200Gi", "nvidia.com/gpu": "8"}
+        assert {p["name"]: p["containerPort"] for p in c["ports"]} == {
+            "peer": 2222,
+            "metrics": 9090,
+        }
 
 
 def test_security_context() -> None:
@@ -144,8 +190,9 @@ def test_security_context() -> None:
             assert "privileged" not in sc
             writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
             assert {"/tmp", "/checkpoints", "/dev/shm"} <= writable
-            assert {"name": "config", "mountPath": "/etc/kubegan", "readOnly": True} in \
-                c["volumeMounts"]
+            assert {"name": "config", "mountPath": "/etc/kubegan", "readOnly": True} in c[
+                "volumeMounts"
+            ]
 
 
 def test_tensorflow_env() -> None:
@@ -162,8 +209,9 @@ def test_tensorflow_env() -> None:
         assert float(env["KUBEGAN_COST_RATE_PER_HOUR"]) == pytest.approx(32 * 0.82)
         tf_config = json.loads(env["TF_CONFIG"])
         assert tf_config == {
-            "cluster": {"worker": [f"gan3d-v100-worker-{j}.gan3d-v100.default.svc:2222"
-                                   for j in range(4)]},
+            "cluster": {
+                "worker": [f"gan3d-v100-worker-{j}.gan3d-v100.default.svc:2222" for j in range(4)]
+            },
             "task": {"type": "worker", "index": i},
         }
         assert "MASTER_ADDR" not in env
@@ -209,10 +257,14 @@ def test_tpu_env_and_resources() -> None:
         assert c["resources"]["limits"] == {"google.com/tpu": "4"}
         assert any(t["key"] == "google.com/tpu" for t in p["spec"]["tolerations"])
         terms = p["spec"]["affinity"]["nodeAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
         exprs = terms[0]["matchExpressions"]
-        assert {"key": "cloud.google.com/gke-tpu-topology", "operator": "In",
-                "values": ["4x4"]} in exprs
+        assert {
+            "key": "cloud.google.com/gke-tpu-topology",
+            "operator": "In",
+            "values": ["4x4"],
+        } in exprs
 
 
 def test_spot_never_excludes_spot_labels() -> None:
@@ -221,7 +273,9 @@ def test_spot_never_excludes_spot_labels() -> None:
     from kubegan_operator.planner import static_plan
 
     pod = render_all(job, static_plan(job.spec))[2]
-    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
     exprs = terms["nodeSelectorTerms"][0]["matchExpressions"]
     assert {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]} in exprs
     assert not any("spot" in t["key"] for t in pod["spec"]["tolerations"])
@@ -230,8 +284,7 @@ def test_spot_never_excludes_spot_labels() -> None:
 def test_cli_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text(yaml.safe_dump_all(spot_v100()))
-    assert main(["render", "--nodes", str(nodes),
-                 str(EXAMPLES / "gan3d-gke-v100-spot.yaml")]) == 0
+    assert main(["render", "--nodes", str(nodes), str(EXAMPLES / "gan3d-gke-v100-spot.yaml")]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in docs] == ["Service", "ConfigMap"] + ["Pod"] * 4
     for d in docs:
@@ -239,5 +292,6 @@ def test_cli_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # gpus without nodes cannot choose a shape: one line, non-zero
     assert main(["render", str(EXAMPLES / "gan3d-gke-v100-spot.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["kubegan render: spec.resources.gpus: the shape depends on the nodes; "
-                   "pass --nodes"]
+    assert err == [
+        "kubegan render: spec.resources.gpus: the shape depends on the nodes; pass --nodes"
+    ]

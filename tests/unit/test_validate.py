@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from kubegan_operator.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,107 +77,222 @@ BAD_INPUTS: list[tuple[str, str | bytes, list[str]]] = [
     ),
     ("empty file", "", ["{file}: empty file, expected a GANTrainingJob"]),
     ("only comments", "# nothing\n", ["{file}: empty file, expected a GANTrainingJob"]),
-    ("list instead of mapping", "- a\n- b\n", [
-        "{file}: expected a mapping (a GANTrainingJob), got a list"]),
-    ("scalar document", "hello\n", [
-        "{file}: expected a mapping (a GANTrainingJob), got a string"]),
-    ("non-UTF-8 bytes", b"apiVersion: \xff\xfe\n", [
-        "{file}: not UTF-8 text (invalid byte at offset 12)"]),
-    ("two documents", yaml.safe_dump(BASE) + "---\n" + yaml.safe_dump(BASE), [
-        "{file}: holds 2 documents, expected one GANTrainingJob"]),
-    ("wrong apiVersion", with_changes(apiVersion="kubegan.io/v1"), [
-        "apiVersion: must be kubegan.io/v1alpha1, got 'kubegan.io/v1'"]),
+    (
+        "list instead of mapping",
+        "- a\n- b\n",
+        ["{file}: expected a mapping (a GANTrainingJob), got a list"],
+    ),
+    ("scalar document", "hello\n", ["{file}: expected a mapping (a GANTrainingJob), got a string"]),
+    (
+        "non-UTF-8 bytes",
+        b"apiVersion: \xff\xfe\n",
+        ["{file}: not UTF-8 text (invalid byte at offset 12)"],
+    ),
+    (
+        "two documents",
+        yaml.safe_dump(BASE) + "---\n" + yaml.safe_dump(BASE),
+        ["{file}: holds 2 documents, expected one GANTrainingJob"],
+    ),
+    (
+        "wrong apiVersion",
+        with_changes(apiVersion="kubegan.io/v1"),
+        ["apiVersion: must be kubegan.io/v1alpha1, got 'kubegan.io/v1'"],
+    ),
     ("wrong kind", with_changes(kind="TFJob"), ["kind: must be GANTrainingJob, got 'TFJob'"]),
-    ("misspelled field", with_changes(spec__trainng={"epochs": 3}), [
-        "spec.trainng: unknown field"]),
-    ("misspelled nested field", with_changes(spec__training={"batchsizePerReplica": 3}), [
-        "spec.training.batchsizePerReplica: unknown field"]),
-    ("wrong type", with_changes(spec__training={"epochs": "ten"}), [
-        "spec.training.epochs: input should be a valid integer, unable to parse string as an "
-        "integer"]),
-    ("zero epochs", with_changes(spec__training={"epochs": 0}), [
-        "spec.training.epochs: input should be greater than or equal to 1"]),
-    ("negative learning rate", with_changes(
-        spec__training={"generator": {"learningRate": -1}}), [
-        "spec.training.generator.learningRate: input should be greater than 0"]),
-    ("clip norm zero", with_changes(spec__training={"gradientClipNorm": 0}), [
-        "spec.training.gradientClipNorm: input should be greater than 0"]),
-    ("metrics port out of range", with_changes(spec__monitoring={"metricsPort": 70000}), [
-        "spec.monitoring.metricsPort: input should be less than or equal to 65535"]),
-    ("unknown enum", with_changes(spec__framework="jax"), [
-        "spec.framework: must be one of 'tensorflow', 'pytorch'"]),
-    ("missing framework", with_changes(spec__framework=_DELETE), [
-        "spec.framework: required field is missing"]),
-    ("bad quantity", with_changes(spec__resources={"workers": 1, "gpusPerWorker": 0,
-                                                   "memory": "lots"}), [
-        "spec.resources.memory: 'lots' is not a Kubernetes quantity such as 500m, 4 or 16Gi"]),
-    ("bad toleration operator", with_changes(
-        spec__placement={"tolerations": [{"key": "a", "operator": "Maybe"}]}), [
-        "spec.placement.tolerations[0].operator: string should match pattern "
-        "'^(Equal|Exists)$'"]),
-    ("name not DNS-1035", with_changes(metadata={"name": "My_Job"}), [
-        "metadata.name: must be a DNS-1035 label (lowercase letters, digits and '-', "
-        "starting with a letter)"]),
-    ("name too long", with_changes(metadata={"name": "a" * 53}), [
-        "metadata.name: at most 52 characters, so that '<name>-worker-<index>' is a valid "
-        "pod name"]),
+    (
+        "misspelled field",
+        with_changes(spec__trainng={"epochs": 3}),
+        ["spec.trainng: unknown field"],
+    ),
+    (
+        "misspelled nested field",
+        with_changes(spec__training={"batchsizePerReplica": 3}),
+        ["spec.training.batchsizePerReplica: unknown field"],
+    ),
+    (
+        "wrong type",
+        with_changes(spec__training={"epochs": "ten"}),
+        [
+            "spec.training.epochs: input should be a valid integer, unable to parse string as an "
+            "integer"
+        ],
+    ),
+    (
+        "zero epochs",
+        with_changes(spec__training={"epochs": 0}),
+        ["spec.training.epochs: input should be greater than or equal to 1"],
+    ),
+    (
+        "negative learning rate",
+        with_changes(spec__training={"generator": {"learningRate": -1}}),
+        ["spec.training.generator.learningRate: input should be greater than 0"],
+    ),
+    (
+        "clip norm zero",
+        with_changes(spec__training={"gradientClipNorm": 0}),
+        ["spec.training.gradientClipNorm: input should be greater than 0"],
+    ),
+    (
+        "metrics port out of range",
+        with_changes(spec__monitoring={"metricsPort": 70000}),
+        ["spec.monitoring.metricsPort: input should be less than or equal to 65535"],
+    ),
+    (
+        "unknown enum",
+        with_changes(spec__framework="jax"),
+        ["spec.framework: must be one of 'tensorflow', 'pytorch'"],
+    ),
+    (
+        "missing framework",
+        with_changes(spec__framework=_DELETE),
+        ["spec.framework: required field is missing"],
+    ),
+    (
+        "bad quantity",
+        with_changes(spec__resources={"workers": 1, "gpusPerWorker": 0, "memory": "lots"}),
+        ["spec.resources.memory: 'lots' is not a Kubernetes quantity such as 500m, 4 or 16Gi"],
+    ),
+    (
+        "bad toleration operator",
+        with_changes(spec__placement={"tolerations": [{"key": "a", "operator": "Maybe"}]}),
+        ["spec.placement.tolerations[0].operator: string should match pattern '^(Equal|Exists)$'"],
+    ),
+    (
+        "name not DNS-1035",
+        with_changes(metadata={"name": "My_Job"}),
+        [
+            "metadata.name: must be a DNS-1035 label (lowercase letters, digits and '-', "
+            "starting with a letter)"
+        ],
+    ),
+    (
+        "name too long",
+        with_changes(metadata={"name": "a" * 53}),
+        [
+            "metadata.name: at most 52 characters, so that '<name>-worker-<index>' is a valid "
+            "pod name"
+        ],
+    ),
     # every cross-field rule
-    ("no shape", with_changes(spec__resources={}), [
-        "spec.resources: exactly one of gpus, workers or tpu must be set"]),
-    ("two shapes", with_changes(spec__resources={"gpus": 8, "workers": 2, "gpusPerWorker": 1}), [
-        "spec.resources: exactly one of gpus, workers or tpu must be set",
-        "spec.resources.gpusPerWorker: gpusPerWorker is only valid together with workers"]
-     [:1]),
-    ("gpusPerWorker without workers", with_changes(spec__resources={"gpus": 8,
-                                                                    "gpusPerWorker": 1}), [
-        "spec.resources.gpusPerWorker: gpusPerWorker is only valid together with workers"]),
-    ("workers without gpusPerWorker", with_changes(spec__resources={"workers": 2}), [
-        "spec.resources.gpusPerWorker: gpusPerWorker is required with workers (0 for CPU-only "
-        "workers)"]),
-    ("accelerator on CPU workers", with_changes(spec__resources={
-        "workers": 2, "gpusPerWorker": 0, "accelerator": "nvidia-tesla-t4"}), [
-        "spec.resources.accelerator: accelerator selects GPUs and cannot be combined with tpu "
-        "or gpusPerWorker 0"]),
-    ("tpu with pytorch", with_changes(spec__resources={
-        "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"}}), [
-        "spec.resources.tpu: tpu requires framework tensorflow"]),
-    ("strategy tpu without tpu", with_changes(spec__framework="tensorflow", spec__strategy="tpu"),
-     ["spec.strategy: strategy tpu requires resources.tpu"]),
-    ("tpu with multi-worker strategy", with_changes(
-        spec__framework="tensorflow", spec__strategy="multi-worker",
-        spec__resources={"tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"}}),
-     ["spec.strategy: resources.tpu requires strategy tpu or auto"]),
-    ("strategy tpu with pytorch", with_changes(
-        spec__strategy="tpu",
-        spec__resources={"tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"}}),
-     ["spec.resources.tpu: tpu requires framework tensorflow",
-      "spec.strategy: strategy tpu requires framework tensorflow"]),
-    ("mirrored with several workers", with_changes(spec__strategy="mirrored"), [
-        "spec.strategy: strategy mirrored runs one worker; use multi-worker or auto for several"]),
-    ("zero with tensorflow", with_changes(spec__framework="tensorflow",
-                                          spec__training={"zero": True}), [
-        "spec.training.zero: zero requires framework pytorch"]),
-    ("pix2pix with tensorflow", with_changes(spec__framework="tensorflow",
-                                             spec__model={"name": "pix2pix"},
-                                             spec__data={"source": "synthetic"}), [
-        "spec.model.name: pix2pix is only available with framework pytorch"]),
-    ("custom without entrypoint", with_changes(spec__model={"name": "custom"}), [
-        "spec.model.entrypoint: entrypoint is required for model custom"]),
-    ("entrypoint without custom", with_changes(spec__model={"name": "dcgan",
-                                                            "entrypoint": "a.b:c"}), [
-        "spec.model.entrypoint: entrypoint is only used by model custom"]),
-    ("files without path", with_changes(spec__data={"source": "files"}), [
-        "spec.data.path: path is required for data source files"]),
-    ("digits for gan3d", with_changes(spec__model={"name": "gan3d"}), [
-        "spec.data.source: digits are 8x8 images; gan3d and pix2pix need source synthetic or "
-        "files"]),
+    (
+        "no shape",
+        with_changes(spec__resources={}),
+        ["spec.resources: exactly one of gpus, workers or tpu must be set"],
+    ),
+    (
+        "two shapes",
+        with_changes(spec__resources={"gpus": 8, "workers": 2, "gpusPerWorker": 1}),
+        [
+            "spec.resources: exactly one of gpus, workers or tpu must be set",
+            "spec.resources.gpusPerWorker: gpusPerWorker is only valid together with workers",
+        ][:1],
+    ),
+    (
+        "gpusPerWorker without workers",
+        with_changes(spec__resources={"gpus": 8, "gpusPerWorker": 1}),
+        ["spec.resources.gpusPerWorker: gpusPerWorker is only valid together with workers"],
+    ),
+    (
+        "workers without gpusPerWorker",
+        with_changes(spec__resources={"workers": 2}),
+        [
+            "spec.resources.gpusPerWorker: gpusPerWorker is required with workers (0 for CPU-only "
+            "workers)"
+        ],
+    ),
+    (
+        "accelerator on CPU workers",
+        with_changes(
+            spec__resources={"workers": 2, "gpusPerWorker": 0, "accelerator": "nvidia-tesla-t4"}
+        ),
+        [
+            "spec.resources.accelerator: accelerator selects GPUs and cannot be combined with tpu "
+            "or gpusPerWorker 0"
+        ],
+    ),
+    (
+        "tpu with pytorch",
+        with_changes(
+            spec__resources={"tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"}}
+        ),
+        ["spec.resources.tpu: tpu requires framework tensorflow"],
+    ),
+    (
+        "strategy tpu without tpu",
+        with_changes(spec__framework="tensorflow", spec__strategy="tpu"),
+        ["spec.strategy: strategy tpu requires resources.tpu"],
+    ),
+    (
+        "tpu with multi-worker strategy",
+        with_changes(
+            spec__framework="tensorflow",
+            spec__strategy="multi-worker",
+            spec__resources={"tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"}},
+        ),
+        ["spec.strategy: resources.tpu requires strategy tpu or auto"],
+    ),
+    (
+        "strategy tpu with pytorch",
+        with_changes(
+            spec__strategy="tpu",
+            spec__resources={"tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"}},
+        ),
+        [
+            "spec.resources.tpu: tpu requires framework tensorflow",
+            "spec.strategy: strategy tpu requires framework tensorflow",
+        ],
+    ),
+    (
+        "mirrored with several workers",
+        with_changes(spec__strategy="mirrored"),
+        ["spec.strategy: strategy mirrored runs one worker; use multi-worker or auto for several"],
+    ),
+    (
+        "zero with tensorflow",
+        with_changes(spec__framework="tensorflow", spec__training={"zero": True}),
+        ["spec.training.zero: zero requires framework pytorch"],
+    ),
+    (
+        "pix2pix with tensorflow",
+        with_changes(
+            spec__framework="tensorflow",
+            spec__model={"name": "pix2pix"},
+            spec__data={"source": "synthetic"},
+        ),
+        ["spec.model.name: pix2pix is only available with framework pytorch"],
+    ),
+    (
+        "custom without entrypoint",
+        with_changes(spec__model={"name": "custom"}),
+        ["spec.model.entrypoint: entrypoint is required for model custom"],
+    ),
+    (
+        "entrypoint without custom",
+        with_changes(spec__model={"name": "dcgan", "entrypoint": "a.b:c"}),
+        ["spec.model.entrypoint: entrypoint is only used by model custom"],
+    ),
+    (
+        "files without path",
+        with_changes(spec__data={"source": "files"}),
+        ["spec.data.path: path is required for data source files"],
+    ),
+    (
+        "digits for gan3d",
+        with_changes(spec__model={"name": "gan3d"}),
+        [
+            "spec.data.source: digits are 8x8 images; gan3d and pix2pix need source synthetic or "
+            "files"
+        ],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("content", "expected"), [(c, e) for _, c, e in BAD_INPUTS],
-                         ids=[n for n, _, _ in BAD_INPUTS])
-def test_bad_input_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes,
-                         expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("content", "expected"), [(c, e) for _, c, e in BAD_INPUTS], ids=[n for n, _, _ in BAD_INPUTS]
+)
+def test_bad_input_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes, expected: list[str]
+) -> None:
     code, out, lines = run_validate(tmp_path, content, capsys)
     assert code == 2
     assert out == ""
@@ -190,8 +304,9 @@ def test_at_least_twenty_distinct_bad_inputs() -> None:
     assert len({n for n, _, _ in BAD_INPUTS}) >= 20
 
 
-def test_several_problems_are_all_reported(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_several_problems_are_all_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     content = with_changes(spec__training={"epochs": 0, "seed": -1, "bogus": 1})
     code, _, lines = run_validate(tmp_path, content, capsys)
     assert code == 2
