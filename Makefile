@@ -8,9 +8,13 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 export UV_CACHE_DIR ?= $(HOME)/.cache/uv
 export UV_LINK_MODE ?= hardlink
 
-.PHONY: install test test-unit test-trainer test-cluster lint demo cluster-up cluster-down crd clean
+.PHONY: install test test-unit test-trainer test-cluster test-fast lint demo cluster-up cluster-down crd clean
 
+# Everything the tests and the demo need: system packages (Debian), the Python environment,
+# and the Go-built control plane (cached by version outside the repo, reused when present).
 install: $(VENV)/.installed
+	bash hack/install-debian-packages.sh
+	bash hack/build-binaries.sh
 
 $(VENV)/.installed: pyproject.toml
 	@command -v uv >/dev/null 2>&1 || [ -x "$(UV)" ] || python3 -m pip install --user --quiet uv
@@ -21,17 +25,23 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	$(PY) -m pytest tests -q
 
-test-unit: install
-	$(PY) -m pytest tests/unit -q
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest tests/unit tests/helm -q
 
-lint: install
+test-trainer: $(VENV)/.installed
+	$(PY) -m pytest tests/trainer -q
+
+test-cluster: install
+	$(PY) -m pytest tests/cluster -q
+
+lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check operator trainer tests
 
-crd: install
+crd: $(VENV)/.installed
 	$(VENV)/bin/kubegan crd > crds/gantrainingjobs.kubegan.io.yaml
 
-demo: install
+demo: $(VENV)/.installed
 	$(VENV)/bin/kubegan run examples/digits-local.yaml
 
 # --- local control plane (hack/README.md) ---
