@@ -53,28 +53,29 @@ version_of() {
 }
 path_of() { echo "$CACHE/$1-$(version_of "$1")/$1"; }
 
-# Prints the version line of a binary; fails if it does not run.
+# Prints the first line of a binary's version output; fails if it does not run.
+# (No `| head`: with pipefail, SIGPIPE in the binary would count as a failure.)
 run_version() {
-  local bin="$1" name="$2"
+  local bin="$1" name="$2" out
   case "$name" in
-    kubectl) "$bin" version --client 2>&1 | head -1 ;;
-    etcdctl) "$bin" version 2>&1 | head -1 ;;
-    helm)    "$bin" version --short 2>&1 ;;
-    *)       "$bin" --version 2>&1 | head -1 ;;
-  esac
+    kubectl) out="$("$bin" version --client 2>&1)" ;;
+    etcdctl) out="$("$bin" version 2>&1)" ;;
+    helm)    out="$("$bin" version --short 2>&1)" ;;
+    *)       out="$("$bin" --version 2>&1)" ;;
+  esac || return 1
+  printf '%s\n' "${out%%$'\n'*}"
 }
 
-# A cached binary is good when it exists, runs, and reports the pinned version.
-is_cached() {
+# A binary is good when it exists, runs, and reports the pinned version.
+version_ok() {
   local name="$1" p out want
   p="$(path_of "$name")"
-  [[ "$FORCE" == 1 ]] && return 1
   [[ -x "$p" ]] || return 1
   out="$(run_version "$p" "$name")" || return 1
   want="$(version_of "$name")"; want="${want#v}"
-  [[ "$out" == *"$want"* ]] || { log "cached $name reports '$out', want $want: rebuilding"; return 1; }
-  return 0
+  [[ "$out" == *"$want"* ]] || { log "$name at $p reports '$out', want $want"; return 1; }
 }
+is_cached() { [[ "$FORCE" != 1 ]] && version_ok "$1"; }
 
 install_bin() {  # install_bin <built-file> <name>
   local src="$1" name="$2" dst
@@ -108,7 +109,7 @@ sync_wrapper_back() {
 
 release_date() {  # release_date <module@version> -> RFC3339 UTC from the proxy's .info
   local t
-  t="$(go list -m -json "$1" 2>/dev/null | sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' | head -1)"
+  t="$(go list -m -json "$1" 2>/dev/null | awk -F'"' '$2 == "Time" && !t {t = $4} END {print t}')" || t=""
   echo "${t:-1970-01-01T00:00:00Z}"
 }
 
@@ -154,7 +155,7 @@ build_kube() {
   done
   log "kubernetes $KUBE_VERSION: downloading modules (staging $STAGING_VERSION)"
   (cd "$dir" && GOFLAGS=-mod=mod go mod download k8s.io/kubernetes) || die "go mod download failed"
-  log "kubernetes $KUBE_VERSION: building ${missing[*]} (-p $GO_P; a first build takes 30-50 min on 2 cores)"
+  log "kubernetes $KUBE_VERSION: building ${missing[*]} (-p $GO_P; a cold build took ~5 min on 2 cores, more on slower machines)"
   t0=$SECONDS
   (cd "$dir" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -p "$GO_P" -trimpath \
       -ldflags "-s -w $ldf" -o "$out/" "${pkgs[@]}") || die "go build of kubernetes binaries failed"
@@ -192,7 +193,7 @@ go_install() {  # go_install <name> <pkg@version> <ldflags>
   log "$name: go install $pkgv"
   t0=$SECONDS
   # go install pkg@version ignores the surrounding module and uses the release's go.sum.
-  (cd "$BUILD_ROOT" && CGO_ENABLED=0 GOBIN="$gobin" GOFLAGS= go install -p "$GO_P" -trimpath \
+  (cd "$BUILD_ROOT" && CGO_ENABLED=0 GOBIN="$gobin" GOFLAGS="" go install -p "$GO_P" -trimpath \
       -ldflags "-s -w $ldf" "$pkgv") || die "go install $pkgv failed"
   log "$name: built in $((SECONDS - t0)) s"
   install_bin "$gobin/$name" "$name"
@@ -240,7 +241,7 @@ main() {
     "-X 'helm.sh/helm/v3/internal/version.version=$HELM_VERSION' -X 'helm.sh/helm/v3/internal/version.gitTreeState=clean'"
   build_kube
   local b
-  for b in "${ALL_BINS[@]}"; do is_cached "$b" || die "$b at $(path_of "$b") does not run or has the wrong version"; done
+  for b in "${ALL_BINS[@]}"; do version_ok "$b" || die "$b at $(path_of "$b") does not run or has the wrong version"; done
   log "all binaries ready in $((SECONDS - t0)) s"
   [[ -z "$link" ]] || link_into "$link"
 }

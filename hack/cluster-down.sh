@@ -12,18 +12,18 @@ PIDS="$CLUSTER_DIR/pids"
 log() { printf '[cluster-down %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # Our processes are the ones whose command line runs a binary from $CLUSTER_DIR/bin.
-ours() { [[ -r "/proc/$1/cmdline" ]] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q "^$CLUSTER_DIR/bin/"; }
+ours() { [[ -r "/proc/$1/cmdline" && "$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" == "$CLUSTER_DIR/bin/"* ]]; }
 
 stop_pid() {  # stop_pid <name> <pid>
-  local name="$1" pid="$2" i
+  local name="$1" pid="$2"
   kill -0 "$pid" 2>/dev/null || return 0
   ours "$pid" || { log "$name: pid $pid is not ours any more; leaving it"; return 0; }
   log "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
   log "$name did not exit after 10 s; sending SIGKILL"
   kill -KILL "$pid" 2>/dev/null || true
-  for i in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
   log "WARNING: $name (pid $pid) is still alive"
 }
 

@@ -61,7 +61,7 @@ pid_alive() {  # pid_alive <name>: the pid file's process runs the expected bina
 
 start_proc() {  # start_proc <name> <binary> args...
   local name="$1"; shift
-  : >"$LOGS/$name.log"
+  echo "=== $(date -u +%FT%TZ) cluster-up.sh starting $name" >>"$LOGS/$name.log"
   # setsid: own session/process group, survives this script; cluster-down kills the group.
   setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
   echo $! >"$PIDS/$name.pid"
@@ -95,7 +95,7 @@ gen_cert() {  # gen_cert <name> <subject> <extensions...>  (signed by the local 
   printf '%b\n' "$ext" >"$PKI/$name.ext"
   openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
     -days 3650 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
-  rm -f "$PKI/$name.csr"
+  rm -f "$PKI/$name.csr" "$PKI/$name.ext"
 }
 
 gen_pki() {
@@ -114,6 +114,7 @@ gen_pki() {
   gen_cert admin "/O=system:masters/CN=kubegan-admin" "$client"
   gen_cert controller-manager "/CN=system:kube-controller-manager" "$client"
   gen_cert scheduler "/CN=system:kube-scheduler" "$client"
+  gen_cert front-proxy-client "/CN=front-proxy-client" "$client"   # aggregation layer / requestheader auth
   # KWOK patches node and pod status of arbitrary nodes: give it cluster-admin rights.
   gen_cert kwok "/O=system:masters/CN=kwok-controller" "$client"
   if [[ ! -s "$PKI/sa.key" ]]; then
@@ -180,11 +181,16 @@ start_apiserver() {
       --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
       --cert-dir="$PKI" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
       --client-ca-file="$PKI/ca.crt" \
+      --requestheader-client-ca-file="$PKI/ca.crt" --requestheader-allowed-names=front-proxy-client \
+      --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+      --requestheader-extra-headers-prefix=X-Remote-Extra- \
+      --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
       --authorization-mode=Node,RBAC \
       --enable-admission-plugins=NodeRestriction \
       --service-account-issuer=https://kubernetes.default.svc.cluster.local \
       --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
       --service-cluster-ip-range="$SERVICE_CIDR" \
+      --endpoint-reconciler-type=none \
       --allow-privileged=true --profiling=false --anonymous-auth=true \
       --enable-bootstrap-token-auth=false --event-ttl=1h
   fi
@@ -205,6 +211,7 @@ start_controller_manager() {
       --use-service-account-credentials=true --controllers='*' \
       --service-cluster-ip-range="$SERVICE_CIDR" --cluster-name=kubegan \
       --node-monitor-grace-period="$NODE_GRACE" --node-monitor-period=2s \
+      --flex-volume-plugin-dir="$CLUSTER_DIR/flexvolume" \
       --leader-elect=false --profiling=false
   fi
   wait_for kube-controller-manager "kube-controller-manager /healthz" healthz_ok "$KCM_PORT"
@@ -229,21 +236,17 @@ start_kwok() {
   if pid_alive kwok; then log "kwok: running"; return; fi
   [[ -f "$KWOK_STAGES" ]] || die "missing KWOK stage config $KWOK_STAGES"
   cp -f "$KWOK_STAGES" "$CLUSTER_DIR/kwok-stages.yaml"
+  local before=0
+  [[ -f "$LOGS/kwok.log" ]] && before="$(wc -l <"$LOGS/kwok.log")"
   start_proc kwok "$BIN/kwok" \
     --kubeconfig="$KCFG_DIR/kwok.kubeconfig" \
     --config="$CLUSTER_DIR/kwok-stages.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --cidr="$POD_CIDR" --node-lease-duration-seconds=40
-  # kwok has no health endpoint unless it serves one; it logs "Starting" once its informers run.
-  local deadline=$((SECONDS + 30))
-  until grep -qiE 'start|watch' "$LOGS/kwok.log" 2>/dev/null; do
-    pid_alive kwok || { tail -n 30 "$LOGS/kwok.log" >&2; die "kwok exited (log: $LOGS/kwok.log)"; }
-    ((SECONDS < deadline)) || break
-    sleep 1
-  done
-  sleep 2
-  pid_alive kwok || { tail -n 30 "$LOGS/kwok.log" >&2; die "kwok exited (log: $LOGS/kwok.log)"; }
+  # kwok serves no health endpoint here; it logs "Watch nodes" once its informers start.
+  kwok_watching() { [[ "$(tail -n "+$((before + 2))" "$LOGS/kwok.log")" == *'"msg":"Watch nodes"'* ]]; }
+  wait_for kwok "kwok to start watching nodes" kwok_watching
   log "kwok: running (manages nodes annotated kwok.x-k8s.io/node=fake)"
 }
 
