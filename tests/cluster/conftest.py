@@ -218,6 +218,15 @@ def nodes(cluster: Kubectl, namespace: str) -> Iterator[Callable[[str], list[str
     """Apply a node fixture file; after the test the namespace's jobs and pods go first (so
     no pod is left bound to a node name the next test reuses), then the nodes."""
     applied: list[str] = []
+    # A clean slate: no node of any fixture pool is left over from an earlier test or a
+    # person's experiments, so each test sees exactly the capacity it applies.
+    leftovers = [
+        d["metadata"]["name"]
+        for f in sorted(FIXTURES.glob("nodes-*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
+        if d
+    ]
+    cluster.run("delete", "node", *leftovers, "--ignore-not-found", check=False)
 
     def apply(fixture: str) -> list[str]:
         docs = [d for d in yaml.safe_load_all((FIXTURES / fixture).read_text()) if d]
