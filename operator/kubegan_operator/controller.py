@@ -20,12 +20,14 @@ from kubegan_operator import metrics
 from kubegan_operator.api import GROUP, PLURAL, VERSION, GANTrainingJobSpec, Phase
 from kubegan_operator.planner import plan
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.progress import TrainerProgress, fetch_progress, last_epoch_seconds
 from kubegan_operator.reconcile import reconcile
 from kubegan_operator.render import JOB_NAME_LABEL
 from kubegan_operator.topology import build_inventory
 
 log = logging.getLogger("kubegan.operator")
 RESYNC_SECONDS = 10.0
+PROGRESS_SECONDS = 15.0
 
 
 def _node_key(node: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -46,6 +48,7 @@ class Controller:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._nodes_seen: dict[str, tuple[bool, bool]] = {}
+        self._progress: dict[tuple[str, str], tuple[float, TrainerProgress]] = {}
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
@@ -119,6 +122,27 @@ class Controller:
             self.kube.delete_job(namespace, name)
             metrics.forget_job(namespace, name)
 
+    def _read_progress(
+        self, job: Mapping[str, Any], pods: list[dict[str, Any]]
+    ) -> tuple[int, float | None] | None:
+        """Epoch and last epoch time from worker 0, at most every PROGRESS_SECONDS."""
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if (job.get("status") or {}).get("phase") != Phase.running:
+            self._progress.pop(key, None)
+            return None
+        seen = self._progress.get(key)
+        if seen is not None and time.monotonic() - seen[0] < PROGRESS_SECONDS:
+            return None
+        worker0 = next((p for p in pods if p["metadata"]["name"].endswith("-worker-0")), None)
+        ip = ((worker0 or {}).get("status") or {}).get("podIP")
+        port = ((job.get("spec") or {}).get("monitoring") or {}).get("metricsPort", 9090)
+        now = fetch_progress(ip, int(port)) if ip else None
+        if now is None:
+            return None
+        self._progress[key] = (time.monotonic(), now)
+        return now.epoch, last_epoch_seconds(now, seen[1] if seen else None)
+
     def node_changed(self, event_type: str, node: Mapping[str, Any]) -> bool:
         """Whether a node event can change placement (not a mere heartbeat)."""
         name = (node.get("metadata") or {}).get("name", "")
@@ -149,6 +173,9 @@ def _controller() -> Controller:
 @kopf.on.startup()
 def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
+    # No CRD/namespace observation: the CRD exists before the operator starts (Helm crds/),
+    # and least-privilege RBAC (charts/kubegan) grants no list/watch on them.
+    settings.scanning.disabled = True
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
     settings.execution.max_workers = 8

@@ -98,7 +98,9 @@ def reconcile(
     *,
     have_service: bool,
     have_config_map: bool,
+    progress: tuple[int, float | None] | None = None,
 ) -> Decision:
+    """`progress` is (epoch, last epoch seconds) read from worker 0, when it could be."""
     d = Decision()
     meta = raw.get("metadata") or {}
     try:
@@ -115,6 +117,10 @@ def reconcile(
     st.observed_generation = meta.get("generation")
     st.progress = st.progress or ProgressStatus()
     st.progress.epochs = spec.training.epochs
+    if progress is not None:
+        st.progress.epoch = progress[0]
+        if progress[1] is not None:
+            st.progress.last_epoch_seconds = round(progress[1], 3)
     st.cost = st.cost or CostStatus()
 
     current = [p for p in pods if _pod_attempt(p) == st.attempt]

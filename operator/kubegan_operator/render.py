@@ -7,6 +7,7 @@ creates them; `kubegan render` prints them.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from kubegan_trainer.cluster_env import (
@@ -39,9 +40,12 @@ GANG_GATE = "kubegan.io/gang"
 CONTAINER_NAME = "trainer"
 RUN_AS_USER = 1000
 TERMINATION_GRACE_SECONDS = 60
+# The Helm chart's trainerImages reach the operator as these variables (charts/kubegan).
 DEFAULT_IMAGES = {
-    Framework.pytorch: f"ghcr.io/kubegan/trainer-torch:{__version__}",
-    Framework.tensorflow: f"ghcr.io/kubegan/trainer-tf:{__version__}",
+    Framework.pytorch: os.environ.get("KUBEGAN_TRAINER_IMAGE_TORCH")
+    or f"ghcr.io/kubegan/trainer-torch:{__version__}",
+    Framework.tensorflow: os.environ.get("KUBEGAN_TRAINER_IMAGE_TF")
+    or f"ghcr.io/kubegan/trainer-tf:{__version__}",
 }
 
 

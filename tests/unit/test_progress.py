@@ -1,0 +1,41 @@
+"""Progress read from a real trainer metrics endpoint."""
+
+from __future__ import annotations
+
+import socket
+
+from kubegan_operator.progress import (
+    TrainerProgress,
+    fetch_progress,
+    last_epoch_seconds,
+    parse_trainer_metrics,
+)
+from kubegan_trainer.metrics import TrainerMetrics
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_reads_epoch_and_durations_from_trainer_metrics() -> None:
+    m = TrainerMetrics("g", "ns")
+    port = free_port()
+    assert m.serve(port)
+    assert fetch_progress("127.0.0.1", port) == TrainerProgress(0, 0.0, 0)
+    m.epoch.set(1)
+    m.epoch_duration.observe(10.0)
+    first = fetch_progress("127.0.0.1", port)
+    assert first == TrainerProgress(1, 10.0, 1)
+    m.epoch.set(2)
+    m.epoch_duration.observe(14.0)
+    second = fetch_progress("127.0.0.1", port)
+    assert second is not None and second.epoch == 2
+    assert last_epoch_seconds(second, first) == 14.0
+    assert last_epoch_seconds(second, None) == 12.0  # after an operator restart: the mean
+
+
+def test_unreachable_or_foreign_endpoint() -> None:
+    assert fetch_progress("127.0.0.1", free_port(), timeout=0.5) is None
+    assert parse_trainer_metrics("# HELP x y\n# TYPE x gauge\nx 1\n") is None
