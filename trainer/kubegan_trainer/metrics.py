@@ -88,7 +88,9 @@ class TrainerMetrics:
             "kubegan_epoch_cost_dollars", "Cost of the last epoch at the job's hourly rate."
         ).labels(**self._labels)
         self.checkpoint_duration = hist(
-            "kubegan_checkpoint_duration_seconds", "Time to write one checkpoint.", _CHECKPOINT_BUCKETS
+            "kubegan_checkpoint_duration_seconds",
+            "Time to write one checkpoint.",
+            _CHECKPOINT_BUCKETS,
         ).labels(**self._labels)
 
     def serve(self, port: int) -> bool:
@@ -138,9 +140,11 @@ class MetricsLog:
     def truncate_after(self, epoch: int) -> None:
         """On resume from `epoch`, drop lines of epochs that the checkpoint does not cover,
         so a re-run epoch is not listed twice. Atomic: written aside, then renamed."""
+        if not self.path.exists():
+            return
         rows = self.read()
         kept = [r for r in rows if int(r.get("epoch", 0)) <= epoch]
-        if len(kept) == len(rows) and self.path.exists():
+        if len(kept) == len(rows):
             return
         tmp = self.path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))

@@ -29,7 +29,10 @@ def image_grid(images: np.ndarray, ncol: int | None = None, pad: int = 2) -> Ima
     grid = np.full((nrow * (h + pad) + pad, ncol * (w + pad) + pad, 3), 32, dtype=np.uint8)
     for i in range(n):
         r, c = divmod(i, ncol)
-        grid[pad + r * (h + pad) : pad + r * (h + pad) + h, pad + c * (w + pad) : pad + c * (w + pad) + w] = x[i]
+        grid[
+            pad + r * (h + pad) : pad + r * (h + pad) + h,
+            pad + c * (w + pad) : pad + c * (w + pad) + w,
+        ] = x[i]
     im = Image.fromarray(grid)
     if im.width < 256:  # tiny digits: scale up so the PNG is viewable
         k = math.ceil(256 / im.width)
@@ -74,10 +77,20 @@ def save_shower_plot(path: Path, real: np.ndarray, fake: np.ndarray, caption: st
     im = Image.new("RGB", (720, 320), (255, 255, 255))
     d = ImageDraw.Draw(im)
     real_c, fake_c = (0, 0, 0), (220, 30, 30)
-    _plot(d, (30, 40, 350, 280), [(longitudinal_profile(real), real_c),
-          (longitudinal_profile(fake), fake_c)], "longitudinal profile", "layer (depth) ->")
-    _plot(d, (380, 40, 700, 280), [(transverse_profile(real), real_c),
-          (transverse_profile(fake), fake_c)], "transverse profile (y)", "y cell ->")
+    _plot(
+        d,
+        (30, 40, 350, 280),
+        [(longitudinal_profile(real), real_c), (longitudinal_profile(fake), fake_c)],
+        "longitudinal profile",
+        "layer (depth) ->",
+    )
+    _plot(
+        d,
+        (380, 40, 700, 280),
+        [(transverse_profile(real), real_c), (transverse_profile(fake), fake_c)],
+        "transverse profile (y)",
+        "y cell ->",
+    )
     d.text((30, 300), f"black: data   red: generated   {caption}", fill=(0, 0, 0))
     _atomic_save(im, path)
 

@@ -16,7 +16,7 @@ def epoch_line(rec: dict[str, Any], epochs: int) -> str:
 
 def progress_bar(epoch: int, epochs: int, step: int, steps: int, width: int = 30) -> str:
     frac = 0.0 if steps <= 0 else min(1.0, step / steps)
-    filled = int(round(frac * width))
+    filled = round(frac * width)
     return f"epoch {epoch}/{epochs} [{'#' * filled}{'.' * (width - filled)}] {step}/{steps} steps"
 
 

@@ -42,7 +42,9 @@ def _hdf5_files(path: Path) -> list[Path]:
     return [path]
 
 
-def load_showers(path: Path, angle_key: str = DEFAULT_ANGLE_KEY, limit: int | None = None) -> Dataset:
+def load_showers(
+    path: Path, angle_key: str = DEFAULT_ANGLE_KEY, limit: int | None = None
+) -> Dataset:
     """HDF5 file (or folder of them) with the CERN 3DGAN keys."""
     import h5py
 
@@ -88,7 +90,9 @@ def load_showers(path: Path, angle_key: str = DEFAULT_ANGLE_KEY, limit: int | No
 def _image_files(root: Path) -> list[Path]:
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
-        raise TrainerError(f"spec.data.path: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {root}")
+        raise TrainerError(
+            f"spec.data.path: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {root}"
+        )
     return files
 
 
@@ -118,8 +122,12 @@ def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dat
         arrays["label"] = np.array(
             [index[f.parent.relative_to(root).as_posix()] for f in files], dtype=np.int64
         )
-    return Dataset(kind="images", arrays=arrays, num_classes=len(classes) if "label" in arrays else 0,
-                   info={"source": str(root), "classes": classes})
+    return Dataset(
+        kind="images",
+        arrays=arrays,
+        num_classes=len(classes) if "label" in arrays else 0,
+        info={"source": str(root), "classes": classes},
+    )
 
 
 def load_paired_folder(path: Path, size: int, direction: str = "AtoB") -> Dataset:
@@ -131,7 +139,9 @@ def load_paired_folder(path: Path, size: int, direction: str = "AtoB") -> Datase
         im = _open(f).convert("RGB")
         w, h = im.size
         if w < 2 or w % 2:
-            raise TrainerError(f"spec.data.path: {f} is {w}x{h}; paired images put A|B side by side")
+            raise TrainerError(
+                f"spec.data.path: {f} is {w}x{h}; paired images put A|B side by side"
+            )
         left, right = im.crop((0, 0, w // 2, h)), im.crop((w // 2, 0, w, h))
         a_list.append(pil_to_array(left, 3, size))
         b_list.append(pil_to_array(right, 3, size))

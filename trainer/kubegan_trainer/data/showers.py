@@ -64,9 +64,7 @@ def shower(energy_gev: float, theta: float, rng: np.random.Generator) -> np.ndar
     return image.astype(np.float32)
 
 
-def preprocess(
-    raw: np.ndarray, energy_gev: np.ndarray, theta: np.ndarray
-) -> dict[str, np.ndarray]:
+def preprocess(raw: np.ndarray, energy_gev: np.ndarray, theta: np.ndarray) -> dict[str, np.ndarray]:
     """The 3DGAN preprocessing: threshold, ECAL sum, power 0.85, energy / 100."""
     raw = np.where(raw < CELL_THRESHOLD, 0.0, raw).astype(np.float32)
     ecal = raw.sum(axis=(1, 2, 3)).astype(np.float32)
@@ -89,8 +87,11 @@ def synthetic_showers(
     energies = rng.uniform(*energy_range, size=n)
     thetas = np.deg2rad(rng.uniform(*angle_range_deg, size=n))
     raw = np.stack([shower(float(e), float(t), rng) for e, t in zip(energies, thetas, strict=True)])
-    return Dataset(kind="showers", arrays=preprocess(raw, energies, thetas),
-                   info={"source": "synthetic showers", "seed": seed})
+    return Dataset(
+        kind="showers",
+        arrays=preprocess(raw, energies, thetas),
+        info={"source": "synthetic showers", "seed": seed},
+    )
 
 
 def longitudinal_profile(images: np.ndarray) -> np.ndarray:

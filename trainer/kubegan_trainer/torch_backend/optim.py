@@ -11,14 +11,18 @@ from torch import nn
 from kubegan_trainer.config import OptimizerName, OptimizerSpec
 
 
-def optimizer_class_and_kwargs(spec: OptimizerSpec) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+def optimizer_class_and_kwargs(
+    spec: OptimizerSpec,
+) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
     if spec.optimizer == OptimizerName.adam:
         return torch.optim.Adam, {"lr": spec.learning_rate, "betas": (spec.beta1, spec.beta2)}
     # rho 0.9 and eps 1e-7 are Keras' RMSprop defaults, which the 3DGAN results used.
     return torch.optim.RMSprop, {"lr": spec.learning_rate, "alpha": 0.9, "eps": 1e-7}
 
 
-def make_optimizer(params: Iterable[nn.Parameter], spec: OptimizerSpec, zero: bool) -> torch.optim.Optimizer:
+def make_optimizer(
+    params: Iterable[nn.Parameter], spec: OptimizerSpec, zero: bool
+) -> torch.optim.Optimizer:
     cls, kwargs = optimizer_class_and_kwargs(spec)
     params = [p for p in params if p.requires_grad]
     if zero:

@@ -21,7 +21,9 @@ from kubegan_trainer.torch_backend.models.dcgan import DcganGenerator, DcganTrun
 
 
 class AcganGenerator(nn.Module):
-    def __init__(self, num_classes: int, latent_dim: int, channels: int, image_size: int, ngf: int) -> None:
+    def __init__(
+        self, num_classes: int, latent_dim: int, channels: int, image_size: int, ngf: int
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(num_classes, latent_dim)
         self.body = DcganGenerator(latent_dim, channels, image_size, ngf)
@@ -51,7 +53,9 @@ def _ce(logits: Tensor, labels: Tensor) -> Tensor:
 class AcganTask(GanTask):
     data_kind = "images"
 
-    def __init__(self, g: AcganGenerator, d: AcganDiscriminator, num_classes: int, latent_dim: int) -> None:
+    def __init__(
+        self, g: AcganGenerator, d: AcganDiscriminator, num_classes: int, latent_dim: int
+    ) -> None:
         self.generator, self.discriminator = g, d
         self.num_classes, self.latent_dim = num_classes, latent_dim
 
@@ -81,7 +85,9 @@ class AcganTask(GanTask):
         return bce_logits(adv, 1.0) + _ce(cls, inputs["label"])
 
 
-def build_acgan(options: dict[str, Any], channels: int, image_size: int, num_classes: int) -> AcganTask:
+def build_acgan(
+    options: dict[str, Any], channels: int, image_size: int, num_classes: int
+) -> AcganTask:
     if num_classes < 2:
         raise TrainerError(
             "spec.model.name: acgan needs labelled data (digits, synthetic, or an image "

@@ -51,9 +51,7 @@ def option(options: dict[str, Any], name: str, default: Any, kind: type = int) -
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-        raise TrainerError(
-            f"spec.model.options.{name}: expected {kind.__name__}, got {value!r}"
-        )
+        raise TrainerError(f"spec.model.options.{name}: expected {kind.__name__}, got {value!r}")
     return value
 
 

@@ -38,11 +38,7 @@ def build_custom(entrypoint: str, options: dict[str, Any]) -> GanTask:
     made = load_entrypoint(entrypoint)(options)
     if isinstance(made, GanTask):
         return made
-    if (
-        isinstance(made, tuple)
-        and len(made) == 2
-        and all(isinstance(m, nn.Module) for m in made)
-    ):
+    if isinstance(made, tuple) and len(made) == 2 and all(isinstance(m, nn.Module) for m in made):
         g, d = made
         latent = option(options, "latentDim", getattr(g, "latent_dim", 100))
         return UnconditionalTask(g, d, latent)

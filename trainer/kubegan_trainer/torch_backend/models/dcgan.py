@@ -54,7 +54,10 @@ class DcganTrunk(nn.Module):
 
     def __init__(self, channels: int, image_size: int, ndf: int) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(channels, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True)]
+        layers: list[nn.Module] = [
+            nn.Conv2d(channels, ndf, 4, 2, 1, bias=False),
+            nn.LeakyReLU(0.2, True),
+        ]
         width = ndf
         for _ in range(_levels(image_size) - 1):
             layers += [

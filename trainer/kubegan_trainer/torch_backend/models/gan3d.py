@@ -67,7 +67,7 @@ def measured_angle(raw: Tensor) -> Tensor:
     relative to the shower's overall barycentre, slope of y against the (x, z) distance,
     averaged over layers with depth weights. 90 degrees is perpendicular incidence."""
     raw = raw.float()
-    n, nx, ny, nz = raw.shape
+    _n, nx, ny, nz = raw.shape
     dev = raw.device
     xs = torch.arange(nx, device=dev, dtype=torch.float32) + 0.5
     ys = torch.arange(ny, device=dev, dtype=torch.float32) + 0.5
@@ -94,7 +94,9 @@ class Gan3dDiscriminator(nn.Module):
         super().__init__()
         self.power = power
         self.features = nn.Sequential(
-            nn.Conv3d(1, 16, (5, 6, 6), padding="same"),
+            # Keras "same" for the even kernel: pad (x 2+2, y 2+3, z 2+3), then a valid conv.
+            nn.ConstantPad3d((2, 3, 2, 3, 2, 2), 0.0),
+            nn.Conv3d(1, 16, (5, 6, 6)),
             nn.LeakyReLU(0.01),
             nn.Dropout(0.2),
             nn.ConstantPad3d((1, 1, 0, 0, 0, 0), 0.0),
@@ -136,8 +138,14 @@ class Gan3dTask(GanTask):
     data_kind = "showers"
     spatial_dims = 3
 
-    def __init__(self, g: Gan3dGenerator, d: Gan3dDiscriminator, latent_dim: int,
-                 weights: list[float], label_flip: float) -> None:
+    def __init__(
+        self,
+        g: Gan3dGenerator,
+        d: Gan3dDiscriminator,
+        latent_dim: int,
+        weights: list[float],
+        label_flip: float,
+    ) -> None:
         self.generator, self.discriminator = g, d
         self.latent_dim, self.weights, self.label_flip = latent_dim, weights, label_flip
 
@@ -170,7 +178,10 @@ class Gan3dTask(GanTask):
         logit, energy, angle, ecal = d(fake)
         w = self.weights  # no label flipping for the generator
         return (
-            w[0] * F.binary_cross_entropy_with_logits(logit.float(), torch.ones_like(logit, dtype=torch.float32))
+            w[0]
+            * F.binary_cross_entropy_with_logits(
+                logit.float(), torch.ones_like(logit, dtype=torch.float32)
+            )
             + w[1] * _mape(energy, batch["energy"])
             + w[2] * torch.mean(torch.abs(angle.float() - batch["angle"]))
             + w[3] * _mape(ecal, batch["ecal"])
@@ -182,8 +193,19 @@ def build_gan3d(options: dict[str, Any]) -> Gan3dTask:
     if latent < 3:
         raise TrainerError(f"spec.model.options.latentDim: must be >= 3, got {latent}")
     weights = options.get("lossWeights", [3.0, 0.1, 25.0, 0.1])
-    if not (isinstance(weights, list) and len(weights) == 4 and all(isinstance(w, int | float) for w in weights)):
-        raise TrainerError("spec.model.options.lossWeights: expected 4 numbers [bce, energy, angle, ecal]")
+    if not (
+        isinstance(weights, list)
+        and len(weights) == 4
+        and all(isinstance(w, int | float) for w in weights)
+    ):
+        raise TrainerError(
+            "spec.model.options.lossWeights: expected 4 numbers [bce, energy, angle, ecal]"
+        )
     flip = option(options, "labelFlip", 0.05, float)
-    return Gan3dTask(Gan3dGenerator(latent), Gan3dDiscriminator(option(options, "power", 0.85, float)),
-                     latent, [float(w) for w in weights], flip)
+    return Gan3dTask(
+        Gan3dGenerator(latent),
+        Gan3dDiscriminator(option(options, "power", 0.85, float)),
+        latent,
+        [float(w) for w in weights],
+        flip,
+    )

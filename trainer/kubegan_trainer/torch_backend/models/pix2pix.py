@@ -40,10 +40,18 @@ class UnetLevel(nn.Module):
             up = [nn.ReLU(True), nn.ConvTranspose2d(inner * 2, outer, 4, 2, 1), nn.Tanh()]
         elif inner_block is None:  # innermost: 1x1 at 256^2; no norm on the way down
             down = [nn.LeakyReLU(0.2, True), down_conv]
-            up = [nn.ReLU(True), nn.ConvTranspose2d(inner, outer, 4, 2, 1, bias=False), nn.BatchNorm2d(outer)]
+            up = [
+                nn.ReLU(True),
+                nn.ConvTranspose2d(inner, outer, 4, 2, 1, bias=False),
+                nn.BatchNorm2d(outer),
+            ]
         else:
             down = [nn.LeakyReLU(0.2, True), down_conv, nn.BatchNorm2d(inner)]
-            up = [nn.ReLU(True), nn.ConvTranspose2d(inner * 2, outer, 4, 2, 1, bias=False), nn.BatchNorm2d(outer)]
+            up = [
+                nn.ReLU(True),
+                nn.ConvTranspose2d(inner * 2, outer, 4, 2, 1, bias=False),
+                nn.BatchNorm2d(outer),
+            ]
             if dropout:  # the generator's only noise source, as in the paper
                 up.append(nn.Dropout(0.5))
         self.down = nn.Sequential(*down)
@@ -124,10 +132,10 @@ def build_pix2pix(options: dict[str, Any], channels: int, image_size: int) -> Pi
     n_layers = option(options, "nLayersD", 3)
     lambda_l1 = option(options, "lambdaL1", 100.0, float)
     # PatchGAN shrinks the image 2^n_layers times, then two 4x4 stride-1 convs take 2 more.
-    if image_size < 2 ** n_layers * 4:
+    if image_size < 2**n_layers * 4:
         raise TrainerError(
             f"spec.model.options.nLayersD: {n_layers} layers need imageSize >= "
-            f"{2 ** n_layers * 4}, got {image_size}"
+            f"{2**n_layers * 4}, got {image_size}"
         )
     g = UnetGenerator(channels, channels, image_size, ngf)
     d = PatchDiscriminator(channels * 2, ndf, n_layers)

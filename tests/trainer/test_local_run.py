@@ -1,0 +1,113 @@
+"""`kubegan run` machinery: 2 local workers, progress, summary, Ctrl-C/SIGTERM, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubegan_trainer.progress import read_progress
+
+from tests.trainer.util import REPO
+
+JOB = {
+    "apiVersion": "kubegan.io/v1alpha1",
+    "kind": "GANTrainingJob",
+    "metadata": {"name": "local-test"},
+    "spec": {
+        "framework": "pytorch",
+        "model": {
+            "name": "acgan",
+            "options": {"imageSize": 8, "ngf": 8, "ndf": 8, "latentDim": 16},
+        },
+        "data": {"source": "digits"},
+        "training": {"epochs": 3, "batchSizePerReplica": 16, "stepsPerEpoch": 20},
+        "resources": {"workers": 2, "gpusPerWorker": 0},
+        "cost": {"acceleratorHourlyPrice": 1.0},
+        "monitoring": {"metricsPort": 19650},
+    },
+}
+
+
+def _start(job: Path, out: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "kubegan_trainer.local_run", str(job), "--output", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_two_local_workers_stop_on_sigterm_and_resume(tmp_path: Path) -> None:
+    job, out = tmp_path / "job.yaml", tmp_path / "out"
+    job.write_text(yaml.safe_dump(JOB))
+    first = _start(job, out)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until training is under way in epoch 1-2
+        prog = read_progress(out)
+        if prog.get("state") == "running" and prog.get("step", 0) >= 2:
+            break
+        time.sleep(0.05)
+    first.send_signal(signal.SIGTERM)  # what Ctrl-C does too: forwarded as SIGTERM
+    text, _ = first.communicate(timeout=120)
+    assert first.returncode == 130, text
+    assert "run again with the same output directory" in text
+    stopped_at = read_progress(out)
+    assert stopped_at["state"] == "stopped"
+    assert list((out / "checkpoints").glob("ckpt-*"))
+
+    second = _start(job, out)
+    text, _ = second.communicate(timeout=240)
+    assert second.returncode == 0, text
+    assert "resumed from epoch" in text
+    lines = text.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["epoch", "seconds"])
+    assert lines[header].split() == [
+        "epoch",
+        "seconds",
+        "samples/s",
+        "g_loss",
+        "d_loss",
+        "cost",
+        "$",
+    ]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    for r in rows:  # cost = seconds / 3600 x (1 $/GPU-hour x 0 GPUs) on CPU workers
+        assert r["cost_dollars"] == 0.0 and r["samples_per_second"] > 0 and r["world_size"] == 2
+    assert sorted(p.name for p in (out / "samples").glob("*.png")) == [
+        "epoch-0001.png",
+        "epoch-0002.png",
+        "epoch-0003.png",
+    ]
+    assert json.loads((out / "config.json").read_text())["jobName"] == "local-test"
+    assert (out / "logs" / "worker-1.log").exists()
+
+    third = _start(job, out)  # a finished run: resumes at the end and says so
+    text, _ = third.communicate(timeout=120)
+    assert third.returncode == 0 and "already finished: 3 of 3 epochs done" in text
+
+
+def test_bad_job_file_is_one_line(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({**JOB, "spec": {**JOB["spec"], "training": {"epochs": 0}}}))
+    p = subprocess.run(
+        [sys.executable, "-m", "kubegan_trainer.local_run", str(job)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 2
+    assert (
+        p.stderr.strip()
+        == "error: spec.training.epochs: Input should be greater than or equal to 1"
+    )

@@ -1,0 +1,148 @@
+"""Helpers for the trainer tests: configs, real worker subprocesses, in-process trainers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.local_run import worker_environments
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parent
+
+
+def config(
+    model: str = "dcgan",
+    *,
+    options: dict | None = None,
+    data: dict | None = None,
+    checkpoint: dict | None = None,
+    entrypoint: str = "",
+    **training: Any,
+) -> TrainerConfig:
+    t = {
+        "epochs": 1,
+        "batchSizePerReplica": 8,
+        "seed": 7,
+        "generator": {"optimizer": "adam", "learningRate": 2e-4},
+        "discriminator": {"optimizer": "adam", "learningRate": 2e-4},
+    }
+    t.update(training)
+    return TrainerConfig.model_validate(
+        {
+            "jobName": "t",
+            "framework": "pytorch",
+            "model": {"name": model, "options": options or {}, "entrypoint": entrypoint},
+            "data": data or {"source": "digits"},
+            "training": t,
+            "checkpoint": checkpoint or {},
+            "monitoring": {"metricsPort": 19555},
+        }
+    )
+
+
+def tiny_digits(**training: Any) -> TrainerConfig:
+    return config(
+        "acgan", options={"imageSize": 8, "ngf": 8, "ndf": 8, "latentDim": 16}, **training
+    )
+
+
+@dataclass
+class RunResult:
+    codes: list[int]
+    logs: list[str]
+    output: Path
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        ckpts = sorted((self.output / "checkpoints").glob("ckpt-*"))
+        return torch.load(ckpts[-1] / "state.pt", map_location="cpu", weights_only=False)
+
+
+def run_workers(
+    cfg: TrainerConfig,
+    output: Path,
+    workers: int = 1,
+    extra_env: dict | None = None,
+    command: list[str] | None = None,
+    timeout: float = 300,
+) -> RunResult:
+    """Start real `python -m kubegan_trainer` workers with the §4 environment; wait."""
+    output.mkdir(parents=True, exist_ok=True)
+    cfg_path = output / "config.json"
+    cfg_path.write_text(json.dumps(cfg.to_api()))
+    envs = worker_environments(
+        cfg,
+        workers=workers,
+        gpus_per_worker=0,
+        output_dir=output,
+        cost_rate_per_hour=3.6,
+        namespace="test",
+        config_path=cfg_path,
+    )
+    procs = []
+    for env in envs:
+        env = {
+            **env,
+            **(extra_env or {}),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+        }
+        procs.append(
+            subprocess.Popen(
+                command or [sys.executable, "-m", "kubegan_trainer"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        logs.append(out)
+    return RunResult([p.returncode for p in procs], logs, output)
+
+
+@contextmanager
+def single_rank_trainer(cfg: TrainerConfig, tmp: Path, task=None, dataset=None) -> Iterator[Any]:
+    """A GanTrainer in this process on a one-rank gloo group."""
+    import torch.distributed as dist
+    from kubegan_trainer.cluster_env import ClusterEnv
+    from kubegan_trainer.data import build_dataset
+    from kubegan_trainer.signals import StopFlag
+    from kubegan_trainer.torch_backend import rng
+    from kubegan_trainer.torch_backend.loop import DistInfo, GanTrainer
+    from kubegan_trainer.torch_backend.models import build_task
+
+    env = ClusterEnv.from_environ(
+        {
+            "KUBEGAN_CHECKPOINT_DIR": str(tmp / "checkpoints"),
+            "KUBEGAN_OUTPUT_DIR": str(tmp),
+            "KUBEGAN_CONFIG": str(tmp / "config.json"),
+            "KUBEGAN_METRICS_PORT": "19556",
+        }
+    )
+    dataset = dataset or build_dataset(cfg)
+    rng.seed_all(cfg.training.seed)
+    task = task or build_task(cfg, dataset)
+    rng.seed_all(cfg.training.seed + 1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield GanTrainer(
+            cfg, env, DistInfo(0, 1, 0, torch.device("cpu")), task, dataset, StopFlag()
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def flat_params(state: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([v.double().flatten() for v in state.values() if v.is_floating_point()])

@@ -1,0 +1,79 @@
+"""`python -m kubegan_trainer`: the trainer container's command (DESIGN §4).
+
+Reads the worker environment and KUBEGAN_CONFIG, then hands over to the backend of
+`framework`. Backends are imported here and nowhere else, so this module and everything
+framework-free start without torch or tensorflow installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+
+BACKENDS = {"pytorch": "kubegan_trainer.torch_backend", "tensorflow": "kubegan_trainer.tf_backend"}
+# The package each backend needs; a missing one is a one-line error, not a traceback.
+FRAMEWORK_PACKAGES = {"pytorch": "torch", "tensorflow": "tensorflow"}
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="[kubegan] %(message)s", stream=sys.stderr, force=True
+    )
+    logging.getLogger("kubegan_trainer").setLevel(logging.INFO)
+
+
+def load_config(path: str) -> TrainerConfig:
+    p = Path(path)
+    if not p.is_file():
+        raise TrainerError(f"KUBEGAN_CONFIG: {p} does not exist")
+    try:
+        return TrainerConfig.from_file(p)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise TrainerError(f"KUBEGAN_CONFIG: {p}: {where}: {first['msg']}") from None
+    except ValueError as err:  # JSON syntax
+        raise TrainerError(f"KUBEGAN_CONFIG: {p} is not valid JSON ({err})") from None
+
+
+def load_backend(framework: str):  # -> module with run(env, config) -> int
+    if framework not in BACKENDS:
+        raise TrainerError(f"framework: unknown framework {framework!r}")
+    package = FRAMEWORK_PACKAGES[framework]
+    if importlib.util.find_spec(package) is None:
+        raise TrainerError(
+            f"framework: {framework} is not installed in this image (no module {package!r})"
+        )
+    try:
+        return importlib.import_module(BACKENDS[framework])
+    except ModuleNotFoundError as err:
+        if err.name == BACKENDS[framework]:
+            raise TrainerError(f"framework: this trainer has no {framework} backend yet") from None
+        raise
+
+
+def main() -> int:
+    configure_logging()
+    try:
+        try:
+            env = ClusterEnv.from_environ()
+        except ValueError as err:  # names the bad variable
+            raise TrainerError(str(err)) from None
+        config = load_config(env.config_path)
+        return load_backend(config.framework.value).run(env, config)
+    except TrainerError as err:
+        print(f"kubegan-trainer: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""`kubegan run`: a GANTrainingJob's workers as local processes, no cluster.
+
+Each worker gets the environment the operator would give its pod (`build_worker_env`,
+DESIGN §4) with 127.0.0.1 and distinct free ports, and runs `python -m kubegan_trainer`.
+Worker output goes to `<output>/logs/worker-<i>.log`; the terminal shows a progress bar
+(rank 0's progress.json), rank 0's messages, and a summary table at the end. Ctrl-C or
+SIGTERM is forwarded once as SIGTERM: workers write a checkpoint at the next step
+boundary and exit; a second Ctrl-C kills them. Running again on the same output
+directory resumes from the latest checkpoint.
+
+Framework-free: the CLI in kubegan_operator imports this without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env
+from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.errors import EXIT_USER_ERROR
+from kubegan_trainer.metrics import MetricsLog
+from kubegan_trainer.progress import read_progress
+from kubegan_trainer.summary import progress_bar, summary_table
+
+EXIT_STOPPED = 130
+KILL_GRACE_SECONDS = 30.0
+TRAINER_SECTIONS = (
+    "framework",
+    "strategy",
+    "model",
+    "data",
+    "training",
+    "checkpoint",
+    "monitoring",
+)
+
+
+def free_port(preferred: int | None = None) -> int:
+    """`preferred` when it can be bound on 127.0.0.1, else an OS-chosen free port."""
+    for port in ([preferred] if preferred else []) + [0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError("no free TCP port on 127.0.0.1")
+
+
+def worker_environments(
+    config: TrainerConfig,
+    *,
+    workers: int,
+    gpus_per_worker: int,
+    output_dir: Path,
+    cost_rate_per_hour: float,
+    namespace: str,
+    config_path: Path,
+) -> list[dict[str, str]]:
+    """The §4 environment of every local worker (plus thread and GPU pinning)."""
+    hosts = [f"127.0.0.1:{free_port()}" for _ in range(workers)]
+    metrics_port = free_port(config.monitoring.metrics_port)
+    procs = workers * max(1, gpus_per_worker)
+    threads = max(1, (os.cpu_count() or 1) // procs)  # don't oversubscribe the cores
+    envs = []
+    for i in range(workers):
+        topo = WorkerTopology(
+            job_name=config.job_name,
+            namespace=namespace,
+            framework=config.framework.value,
+            tpu=False,
+            hosts=hosts,
+            index=i,
+            gpus_per_worker=gpus_per_worker,
+            config_path=str(config_path),
+            checkpoint_dir=str(output_dir / "checkpoints"),
+            output_dir=str(output_dir),
+            metrics_port=metrics_port,
+            cost_rate_per_hour=cost_rate_per_hour,
+        )
+        env = dict(os.environ)
+        env.update(build_worker_env(topo))
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env["PYTHONUNBUFFERED"] = "1"
+        env["TORCH_CPP_LOG_LEVEL"] = env.get("TORCH_CPP_LOG_LEVEL", "ERROR")
+        gpus = range(i * gpus_per_worker, (i + 1) * gpus_per_worker)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))  # "" = CPU-only worker
+        envs.append(env)
+    return envs
+
+
+class _Console:
+    """Progress bar on a terminal (one redrawn line), plain lines otherwise."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.bar = ""
+
+    def line(self, text: str) -> None:
+        if self.bar:
+            self.out.write("\r\033[K")
+        self.out.write(text + "\n")
+        if self.bar:
+            self.out.write(self.bar)
+        self.out.flush()
+
+    def set_bar(self, text: str) -> None:
+        if self.tty and text != self.bar:
+            self.bar = text
+            self.out.write("\r\033[K" + text)
+            self.out.flush()
+
+    def clear_bar(self) -> None:
+        if self.bar:
+            self.out.write("\r\033[K")
+            self.out.flush()
+            self.bar = ""
+
+
+class _LogTail:
+    """New complete lines of a worker's log file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.partial = ""
+
+    def lines(self) -> list[str]:
+        try:
+            with self.path.open("r", encoding="utf-8", errors="replace") as f:
+                f.seek(self.offset)
+                data = f.read()
+                self.offset = f.tell()
+        except OSError:
+            return []
+        data = self.partial + data
+        *complete, self.partial = data.split("\n")
+        return complete
+
+
+def run_local(
+    config: TrainerConfig,
+    *,
+    workers: int = 1,
+    gpus_per_worker: int = 0,
+    output_dir: Path,
+    cost_rate_per_hour: float = 0.0,
+    namespace: str = "default",
+    out: TextIO | None = None,
+) -> int:
+    """Run the job's workers locally; returns the exit code for the CLI.
+
+    0 finished; 130 stopped by Ctrl-C/SIGTERM (checkpointed, resumable); otherwise the
+    first failing worker's code, after its error has been printed and the others stopped.
+    """
+    out = out or sys.stdout
+    console = _Console(out)
+    output_dir = Path(output_dir).resolve()
+    (output_dir / "logs").mkdir(parents=True, exist_ok=True)
+    config_path = output_dir / "config.json"
+    tmp = config_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(config.to_api(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, config_path)
+    envs = worker_environments(
+        config,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        output_dir=output_dir,
+        cost_rate_per_hour=cost_rate_per_hour,
+        namespace=namespace,
+        config_path=config_path,
+    )
+    log_paths = [output_dir / "logs" / f"worker-{i}.log" for i in range(workers)]
+    tails = [_LogTail(p) for p in log_paths]
+    console.line(
+        f"{config.job_name}: {workers} worker(s) x {max(1, gpus_per_worker)} process(es) "
+        f"({'GPU' if gpus_per_worker else 'CPU'}), output {output_dir}"
+    )
+    console.line(
+        f"metrics on http://127.0.0.1:{envs[0]['KUBEGAN_METRICS_PORT']}/metrics, "
+        f"logs in {output_dir / 'logs'}"
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+    for env, path in zip(envs, log_paths, strict=True):
+        with path.open("ab") as logf:
+            logf.write(f"=== kubegan run {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
+            logf.flush()
+            # A new session: the terminal's Ctrl-C reaches only us; we forward it as
+            # SIGTERM, the signal a pod gets, so the workers take the checkpoint path.
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "kubegan_trainer"],
+                    env=env,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    stop_requests = 0
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stop_requests
+        stop_requests += 1
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGTERM if stop_requests == 1 else signal.SIGKILL)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = _supervise(procs, tails, console, output_dir, lambda: stop_requests)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    console.clear_bar()
+    for line in tails[0].lines():
+        _echo(console, line)
+    if code == 0:
+        rows = MetricsLog(output_dir / "metrics.jsonl").read()
+        console.line("")
+        console.line(summary_table(rows))
+        console.line(
+            f"\nsamples: {output_dir / 'samples'}  checkpoints: {output_dir / 'checkpoints'}"
+        )
+    elif stop_requests:
+        console.line(f"stopped; run again with the same output directory ({output_dir}) to resume")
+        code = EXIT_STOPPED
+    return code
+
+
+def _echo(console: _Console, line: str) -> None:
+    if line.startswith("[kubegan] "):
+        console.line(line[len("[kubegan] ") :])
+    elif line.startswith("kubegan-trainer: error:"):
+        console.line(line)
+
+
+def _supervise(
+    procs: Sequence[subprocess.Popen[bytes]],
+    tails: Sequence[_LogTail],
+    console: _Console,
+    output_dir: Path,
+    stop_requests: Any,
+) -> int:
+    failed_at: float | None = None
+    code = 0
+    while True:
+        for line in tails[0].lines():
+            _echo(console, line)
+        prog = read_progress(output_dir)
+        if prog.get("state") == "running" and prog.get("steps"):
+            console.set_bar(
+                progress_bar(prog["epoch"], prog["epochs"], prog.get("step", 0), prog["steps"])
+            )
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            return code or next((c for c in codes if c), 0)
+        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if bad and failed_at is None and not stop_requests():
+            i, c = bad[0]
+            code = c
+            failed_at = time.monotonic()
+            console.clear_bar()
+            _report_failure(console, i, c, tails[i].path)
+            for p in procs:  # peers would wait in collectives until a timeout
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGTERM)
+        if failed_at is not None and time.monotonic() - failed_at > KILL_GRACE_SECONDS:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.2)
+
+
+def _report_failure(console: _Console, index: int, code: int, log_path: Path) -> None:
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    errors = [ln for ln in lines if ln.startswith("kubegan-trainer: error:")]
+    if errors:
+        console.line(errors[-1])
+        return
+    console.line(f"worker {index} exited with code {code}; last lines of {log_path}:")
+    for ln in lines[-15:]:
+        console.line("  " + ln)
+
+
+# ---- `python -m kubegan_trainer.local_run JOB.yaml` (until `kubegan run` exists) -------
+def trainer_config_from_job(doc: dict[str, Any]) -> tuple[TrainerConfig, int, int, float]:
+    """(config, workers, gpusPerWorker, cost per hour) from a GANTrainingJob document.
+    Minimal: the operator's CLI validates the whole resource."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
+        raise ValueError("spec: missing (is this a GANTrainingJob?)")
+    spec = doc["spec"]
+    name = (doc.get("metadata") or {}).get("name")
+    if not name:
+        raise ValueError("metadata.name: required")
+    sections = {k: spec[k] for k in TRAINER_SECTIONS if k in spec}
+    config = TrainerConfig.model_validate({"jobName": name, **sections})
+    res = spec.get("resources") or {}
+    workers = int(res.get("workers") or 1)
+    gpus = int(res.get("gpusPerWorker") or 0)
+    price = (spec.get("cost") or {}).get("acceleratorHourlyPrice") or 0.0
+    return config, workers, gpus, float(price) * workers * gpus
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import yaml
+    from pydantic import ValidationError
+
+    ap = argparse.ArgumentParser(
+        prog="python -m kubegan_trainer.local_run", description="Run a GANTrainingJob locally."
+    )
+    ap.add_argument("job", type=Path)
+    ap.add_argument("--output", type=Path, default=None, help="default: runs/<name>")
+    ap.add_argument("--namespace", default="default")
+    args = ap.parse_args(argv)
+    try:
+        doc = yaml.safe_load(args.job.read_text(encoding="utf-8"))
+        config, workers, gpus, rate = trainer_config_from_job(doc)
+    except OSError as err:
+        print(f"error: {args.job}: {err.strerror}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except yaml.YAMLError as err:
+        print(f"error: {args.job}: not valid YAML ({str(err).splitlines()[0]})", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(["spec", *(str(x) for x in first["loc"])])
+        print(f"error: {where}: {first['msg']}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    output = args.output or Path("runs") / config.job_name
+    return run_local(
+        config,
+        workers=workers,
+        gpus_per_worker=gpus,
+        output_dir=output,
+        cost_rate_per_hour=rate,
+        namespace=args.namespace,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""PyTorch backend: process launching, rendezvous, and the DDP GAN loop.
+
+`run(env, config)` is what `python -m kubegan_trainer` calls for `framework: pytorch`.
+One process per GPU of the worker (NPROC_PER_NODE), or one CPU process; global rank =
+NODE_RANK x NPROC_PER_NODE + local rank, world size = NNODES x NPROC_PER_NODE, the same
+arithmetic torchrun does, rendezvous over TCP at MASTER_ADDR:MASTER_PORT.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+from datetime import timedelta
+from types import FrameType
+
+from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+from kubegan_trainer.signals import StopFlag
+
+log = logging.getLogger("kubegan_trainer")
+
+# Environment hook for tests: "RANK:STEP" makes that rank send itself SIGTERM after that
+# many optimizer steps, exercising the real signal path at a known point.
+TEST_SIGTERM_ENV = "KUBEGAN_TEST_SIGTERM_AT"
+
+
+def run(env: ClusterEnv, config: TrainerConfig) -> int:
+    nproc = env.nproc_per_node
+    if nproc == 1:
+        return worker(env, config, local_rank=0, stop=StopFlag().install())
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < nproc:
+        raise TrainerError(
+            f"NPROC_PER_NODE: {nproc} processes need {nproc} visible GPUs, found "
+            f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}"
+        )
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(target=_child, args=(env, config, i), name=f"rank-local-{i}")
+        for i in range(nproc)
+    ]
+    for p in procs:
+        p.start()
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        for p in procs:  # each child checkpoints at its next step boundary
+            if p.pid is not None and p.is_alive():
+                os.kill(p.pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    code = 0
+    for p in procs:
+        p.join()
+        if p.exitcode and not code:
+            code = p.exitcode
+            for other in procs:  # a dead peer leaves the rest stuck in collectives
+                if other.is_alive():
+                    other.terminate()
+    return code if code >= 0 else 128 - code
+
+
+def _child(env: ClusterEnv, config: TrainerConfig, local_rank: int) -> None:
+    from kubegan_trainer.__main__ import configure_logging
+
+    configure_logging()
+    try:
+        code = worker(env, config, local_rank, StopFlag().install())
+    except TrainerError as err:
+        print(f"kubegan-trainer: error: {err}", file=sys.stderr, flush=True)
+        code = EXIT_USER_ERROR
+    sys.exit(code)
+
+
+def worker(
+    env: ClusterEnv, config: TrainerConfig, local_rank: int, stop: StopFlag, hooks=None
+) -> int:
+    """Train as one rank. Data and models are built before the rendezvous, so input
+    errors surface at once instead of after peers time out."""
+    import torch
+    import torch.distributed as dist
+
+    from kubegan_trainer.data import build_dataset
+    from kubegan_trainer.torch_backend import rng
+    from kubegan_trainer.torch_backend.loop import DistInfo, GanTrainer, Hooks
+    from kubegan_trainer.torch_backend.models import build_task
+
+    nproc = env.nproc_per_node
+    rank = env.node_rank * nproc + local_rank
+    world = env.world_size
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    dataset = build_dataset(config)
+    rng.seed_all(config.training.seed)  # identical initial weights on every rank
+    task = build_task(config, dataset)
+    # Different noise per rank (ranks see different data too); restored from checkpoints.
+    rng.seed_all(config.training.seed + 1_000_003 * (rank + 1))
+
+    backend = "nccl" if cuda else "gloo"
+    if world > 1:
+        if not env.master_addr or env.master_port is None:
+            raise TrainerError("MASTER_ADDR/MASTER_PORT: required when NNODES x NPROC_PER_NODE > 1")
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{env.master_addr}:{env.master_port}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(minutes=10),
+        )
+    else:  # a one-rank group keeps ZeRO and the collectives uniform
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    ctrl = dist.new_group(backend="gloo") if backend == "nccl" and world > 1 else None
+    hooks = hooks or Hooks()
+    spec = os.environ.get(TEST_SIGTERM_ENV)
+    if spec and hooks.on_step is None:
+        target_rank, target_step = (int(x) for x in spec.split(":"))
+
+        def self_sigterm(trainer: GanTrainer, epoch0: int, step: int) -> None:
+            if rank == target_rank and trainer.global_step == target_step:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        hooks.on_step = self_sigterm
+    try:
+        trainer = GanTrainer(
+            config, env, DistInfo(rank, world, local_rank, device, ctrl), task, dataset, stop, hooks
+        )
+        return trainer.fit()
+    finally:
+        dist.destroy_process_group()

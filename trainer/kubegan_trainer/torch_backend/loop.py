@@ -1,0 +1,560 @@
+"""The distributed GAN training loop (one process per device).
+
+Per iteration, with k = gradientAccumulationSteps micro-batches of batchSizePerReplica:
+
+  D phase: for each micro-batch draw generator inputs, generate, score real and
+           *detached* fakes, backward loss / k; DDP all-reduces only on the last
+           micro-batch (`no_sync` before). Then unscale, clip, step D.
+  G phase: freeze D, score the fakes through the bare D module (no DDP reducer for a
+           network that gets no gradient), backward loss / k under G's DDP wrapper with
+           the same `no_sync` rule. Unscale, clip, step G; `scaler.update()` once.
+
+With k = 1 the D phase's fakes (with their graph) are reused by the G phase, saving a
+generator forward; with k > 1 the D phase generates under no_grad and the G phase
+regenerates from the same inputs, so memory stays that of one micro-batch.
+
+At every step boundary the ranks agree (one tiny all-reduce on a CPU/gloo group, which
+never waits on the GPU stream) on two flags: stop (SIGTERM on any rank) and "interval
+checkpoint due" (rank 0's clock). Checkpoints are collective; rank 0 writes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+from kubegan_trainer.checkpoint import CheckpointStore, Position
+from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.data import Dataset
+from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
+from kubegan_trainer.intervals import CheckpointSchedule
+from kubegan_trainer.metrics import EpochRecord, MetricsLog, TrainerMetrics
+from kubegan_trainer.progress import ProgressWriter
+from kubegan_trainer.samples import save_image_grid, save_paired_grid, save_shower_plot
+from kubegan_trainer.signals import StopFlag
+from kubegan_trainer.summary import epoch_line
+from kubegan_trainer.torch_backend import rng
+from kubegan_trainer.torch_backend.models import Batch, GanTask
+from kubegan_trainer.torch_backend.optim import make_optimizer
+from kubegan_trainer.torch_backend.precision import autocast, make_scaler
+
+log = logging.getLogger("kubegan_trainer")
+
+STATE_FILE = "state.pt"
+CHECKPOINT_FORMAT = 1
+SAMPLE_COUNT = {"images": 64, "paired": 4, "showers": 32}
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    ctrl_group: Any = None  # a gloo group for control messages; None = the default group
+
+
+@dataclass
+class Hooks:
+    """Test and tooling hooks; the trainer runs fine without any."""
+
+    on_step: Callable[[GanTrainer, int, int], None] | None = None  # (trainer, epoch0, steps done)
+
+
+@dataclass
+class EpochAccumulator:
+    """Running sums for the epoch summary; checkpointed so a resumed epoch reports the
+    same numbers as an uninterrupted one."""
+
+    g_sum: Tensor
+    d_sum: Tensor
+    steps: int = 0
+    elapsed: float = 0.0  # seconds spent in this epoch by earlier runs
+
+    @classmethod
+    def zero(cls, device: torch.device) -> EpochAccumulator:
+        return cls(torch.zeros((), device=device), torch.zeros((), device=device))
+
+
+@dataclass
+class StepStats:
+    g_loss: Tensor
+    d_loss: Tensor
+    grad_norms: dict[str, float] = field(default_factory=dict)
+
+
+class GanTrainer:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        env: ClusterEnv,
+        dist_info: DistInfo,
+        task: GanTask,
+        dataset: Dataset,
+        stop: StopFlag,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.config, self.env, self.dist, self.task = config, env, dist_info, task
+        self.dataset, self.stop, self.hooks = dataset, stop, hooks or Hooks()
+        t = config.training
+        self.device = dist_info.device
+        self.rank0 = dist_info.rank == 0
+        self.world = dist_info.world_size
+        self.k = t.gradient_accumulation_steps
+        self.batch = t.batch_size_per_replica
+        self.clip = t.gradient_clip_norm
+        self.precision = t.mixed_precision
+        self.output = Path(env.output_dir)
+
+        self.channels_last = self._want_channels_last()
+        fmt = self._memory_format()
+        self.G = (
+            task.generator.to(self.device, memory_format=fmt)
+            if fmt
+            else task.generator.to(self.device)
+        )
+        self.D = (
+            task.discriminator.to(self.device, memory_format=fmt)
+            if fmt
+            else task.discriminator.to(self.device)
+        )
+        if self.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            # One wrapper per network: a single DDP around both would reduce gradients of
+            # the network that is not being stepped and breaks the adversarial phases.
+            # broadcast_buffers=False: D runs twice (real, fake) before one backward, and
+            # re-broadcasting BatchNorm buffers in between would modify tensors autograd
+            # saved. Running statistics stay per-rank (they never affect training-mode
+            # outputs); checkpoints and samples use rank 0's.
+            self.G_ddp: nn.Module = DDP(self.G, device_ids=ids, broadcast_buffers=False)
+            self.D_ddp: nn.Module = DDP(self.D, device_ids=ids, broadcast_buffers=False)
+        else:
+            self.G_ddp, self.D_ddp = self.G, self.D
+        self.opt_g = make_optimizer(self.G.parameters(), t.generator, t.zero)
+        self.opt_d = make_optimizer(self.D.parameters(), t.discriminator, t.zero)
+        self.scaler = make_scaler(self.precision, self.device)
+
+        n = len(dataset)
+        self.sampler = DistributedSampler(
+            range(n),
+            num_replicas=self.world,
+            rank=dist_info.rank,
+            shuffle=True,
+            seed=t.seed,
+            drop_last=True,
+        )
+        per_step = self.batch * self.k
+        self.steps_per_epoch = len(self.sampler) // per_step
+        if t.steps_per_epoch is not None:
+            self.steps_per_epoch = min(self.steps_per_epoch, t.steps_per_epoch)
+        if self.steps_per_epoch < 1:
+            raise TrainerError(
+                f"spec.training.batchSizePerReplica: {self.batch} x gradientAccumulationSteps "
+                f"{self.k} x {self.world} replicas needs at least {per_step * self.world} "
+                f"samples, the dataset has {n}"
+            )
+        pin = self.device.type == "cuda"
+        self.arrays = {
+            k: (torch.from_numpy(v).pin_memory() if pin else torch.from_numpy(v))
+            for k, v in dataset.arrays.items()
+        }
+        self.store = CheckpointStore(
+            Path(env.checkpoint_dir), config.checkpoint.keep, warn=log.warning
+        )
+        self.schedule = CheckpointSchedule(
+            config.checkpoint.interval_epochs, config.checkpoint.interval_minutes
+        )
+        self.acc = EpochAccumulator.zero(self.device)
+        self.global_step = 0
+        self.last_saved: Position | None = None
+        self.metrics_log = MetricsLog(self.output / "metrics.jsonl")
+        self.metrics: TrainerMetrics | None = None
+        self.progress: ProgressWriter | None = None
+        if self.rank0:
+            self.metrics = TrainerMetrics(env.job_name, env.namespace)
+            self.progress = ProgressWriter(self.output)
+
+    # ---- set-up helpers ----------------------------------------------------------------
+    def _want_channels_last(self) -> bool:
+        opt = self.config.model.options.get("channelsLast", "auto")
+        if opt == "auto":  # a win for convolutions with tensor cores; not on CPU
+            return self.device.type == "cuda"
+        return bool(opt)
+
+    def _memory_format(self) -> torch.memory_format | None:
+        if not self.channels_last:
+            return None
+        return torch.channels_last_3d if self.task.spatial_dims == 3 else torch.channels_last
+
+    def _to_device(self, t: Tensor) -> Tensor:
+        t = t.to(self.device, non_blocking=True)
+        fmt = self._memory_format()
+        if fmt is not None and t.dim() == (5 if fmt == torch.channels_last_3d else 4):
+            t = t.contiguous(memory_format=fmt)
+        return t
+
+    def _batch(self, idx: Tensor) -> Batch:
+        return {k: self._to_device(v[idx]) for k, v in self.arrays.items()}
+
+    # ---- one optimizer step --------------------------------------------------------------
+    def _sync_ctx(self, module: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+        if sync or not isinstance(module, DDP):
+            return contextlib.nullcontext()
+        return module.no_sync()
+
+    def _apply(self, opt: torch.optim.Optimizer, module: nn.Module) -> float:
+        """Unscale (fp16), clip the global norm, step. Returns the pre-clip norm or nan."""
+        norm = float("nan")
+        if self.clip is not None:
+            self.scaler.unscale_(opt)  # clip true gradients, not scaled ones
+            norm = float(torch.nn.utils.clip_grad_norm_(module.parameters(), self.clip))
+        self.scaler.step(opt)
+        return norm
+
+    def train_step(self, micro: list[Batch]) -> StepStats:
+        task, k = self.task, len(micro)
+        ac = autocast(self.precision, self.device)
+        # --- discriminator
+        self.D.requires_grad_(True)
+        self.opt_d.zero_grad(set_to_none=True)
+        inputs = [task.generator_inputs(b) for b in micro]
+        fakes: list[Tensor] = []
+        d_total = torch.zeros((), device=self.device)
+        for i, (b, inp) in enumerate(zip(micro, inputs, strict=True)):
+            with self._sync_ctx(self.D_ddp, i == k - 1), ac:
+                if k == 1:
+                    fake = task.generate(self.G_ddp, inp)  # graph kept for the G phase
+                else:
+                    with torch.no_grad():
+                        fake = task.generate(self.G, inp)
+                d_loss = task.d_loss(self.D_ddp, b, fake.detach(), inp)
+            self.scaler.scale(d_loss / k).backward()
+            fakes.append(fake)
+            d_total += d_loss.detach()
+        d_norm = self._apply(self.opt_d, self.D)
+        # --- generator
+        self.D.requires_grad_(False)
+        self.opt_g.zero_grad(set_to_none=True)
+        g_total = torch.zeros((), device=self.device)
+        for i, (b, inp) in enumerate(zip(micro, inputs, strict=True)):
+            with self._sync_ctx(self.G_ddp, i == k - 1), ac:
+                fake = fakes[0] if k == 1 else task.generate(self.G_ddp, inp)
+                g_loss = task.g_loss(self.D, b, fake, inp)
+            self.scaler.scale(g_loss / k).backward()
+            g_total += g_loss.detach()
+        g_norm = self._apply(self.opt_g, self.G)
+        self.D.requires_grad_(True)
+        self.scaler.update()
+        return StepStats(g_total / k, d_total / k, {"generator": g_norm, "discriminator": d_norm})
+
+    # ---- control-plane collectives -------------------------------------------------------
+    def _agree(self, stop: bool, due: bool) -> tuple[bool, bool]:
+        if self.world == 1:
+            return stop, due
+        flags = torch.tensor([int(stop), int(due)], dtype=torch.int64)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.dist.ctrl_group)
+        return bool(flags[0]), bool(flags[1])
+
+    def _broadcast(self, obj: Any) -> Any:
+        if self.world == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.dist.ctrl_group)
+        return box[0]
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier(group=self.dist.ctrl_group)
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def save(self, pos: Position) -> None:
+        """Collective: every rank contributes its RNG state; rank 0 writes."""
+        t0 = time.perf_counter()
+        # Per-rank state: RNG streams and this epoch's loss sums differ between ranks.
+        mine = {
+            "rng": rng.capture(self.device),
+            "epoch_acc": {
+                "g_sum": self.acc.g_sum.cpu(),
+                "d_sum": self.acc.d_sum.cpu(),
+                "steps": self.acc.steps,
+                "elapsed": self.acc.elapsed,
+            },
+        }
+        states = [mine]
+        if self.world > 1:
+            states = [None] * self.world
+            dist.all_gather_object(states, mine, group=self.dist.ctrl_group)
+        for opt in (self.opt_g, self.opt_d):
+            if hasattr(opt, "consolidate_state_dict"):  # ZeRO: gather shards on rank 0
+                opt.consolidate_state_dict(to=0)
+        if self.rank0:
+            payload = {
+                "format": CHECKPOINT_FORMAT,
+                "position": {"epoch": pos.epoch, "step": pos.step},
+                "global_step": self.global_step,
+                "world_size": self.world,
+                "generator": self.G.state_dict(),
+                "discriminator": self.D.state_dict(),
+                "opt_g": self.opt_g.state_dict(),
+                "opt_d": self.opt_d.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "ranks": states,
+                "model": self.config.model.to_api(),
+            }
+            staging = self.store.begin(pos)
+            try:
+                torch.save(payload, staging / STATE_FILE)
+                self.store.commit(
+                    staging, pos, extra={"world_size": self.world, "framework": "pytorch"}
+                )
+            except BaseException:
+                self.store.abort(staging)
+                raise
+            if self.metrics:
+                self.metrics.checkpoint_duration.observe(time.perf_counter() - t0)
+        self._barrier()
+        self.schedule.mark()
+        self.last_saved = pos
+
+    def resume(self) -> Position:
+        """Load the latest valid checkpoint (if any) on every rank; returns where to go on."""
+        decision: dict[str, Any] = {"name": None}
+        if self.rank0:
+            self.store.clean_staging()
+            try:
+                ref = self.store.latest_valid()
+                decision = {"name": ref.name if ref else None}
+            except TrainerError as err:
+                decision = {"error": str(err)}
+        decision = self._broadcast(decision)
+        if "error" in decision:
+            raise TrainerError(decision["error"])
+        if decision["name"] is None:
+            return Position(0, 0)
+        path = Path(self.env.checkpoint_dir) / decision["name"] / STATE_FILE
+        # Workers may or may not share the checkpoint volume: each reads it where every
+        # rank can see it, otherwise rank 0 reads it and sends it.
+        missing, _ = self._agree(not path.is_file(), False)
+        payload, problem = None, ""
+        if self.rank0 or not missing:
+            try:
+                payload = torch.load(path, map_location="cpu", weights_only=False)
+            except Exception as err:  # pickle, zip and IO errors alike
+                problem = f"checkpoint {path} is unreadable ({type(err).__name__}: {err})"
+        problems = [problem]
+        if self.world > 1:
+            problems = [None] * self.world
+            dist.all_gather_object(problems, problem, group=self.dist.ctrl_group)
+        bad = next((p for p in problems if p), None)
+        if bad:
+            raise TrainerError(bad)
+        if missing:
+            payload = self._broadcast(payload)
+        return self._apply_payload(payload, path)
+
+    def _apply_payload(self, payload: dict[str, Any], path: Path) -> Position:
+        try:
+            self.G.load_state_dict(payload["generator"])
+            self.D.load_state_dict(payload["discriminator"])
+            self.opt_g.load_state_dict(payload["opt_g"])
+            self.opt_d.load_state_dict(payload["opt_d"])
+            self.scaler.load_state_dict(payload["scaler"])
+        except (KeyError, RuntimeError, ValueError) as err:
+            first = str(err).splitlines()[0]
+            raise TrainerError(
+                f"checkpoint {path} does not fit this job's model or optimizers ({first})"
+            ) from None
+        pos = Position(**payload["position"])
+        self.global_step = payload["global_step"]
+        same_world = payload["world_size"] == self.world
+        mine = payload["ranks"][self.dist.rank if same_world else 0]
+        acc = mine["epoch_acc"]
+        self.acc = EpochAccumulator(
+            acc["g_sum"].to(self.device), acc["d_sum"].to(self.device), acc["steps"], acc["elapsed"]
+        )
+        if same_world:
+            rng.restore(mine["rng"], self.device)
+        else:
+            if self.rank0:
+                log.warning(
+                    "world size changed from %d to %d: random streams re-seeded, so the "
+                    "run is not bitwise-reproducible from here",
+                    payload["world_size"],
+                    self.world,
+                )
+            rng.seed_all(
+                self.config.training.seed + 7919 * self.dist.rank + 104729 * self.global_step
+            )
+        self.last_saved = pos
+        return pos
+
+    # ---- samples ---------------------------------------------------------------------------
+    def _fixed_sample_inputs(self) -> tuple[Batch, Batch]:
+        n = min(SAMPLE_COUNT[self.dataset.kind], len(self.dataset))
+        batch = self._batch(torch.arange(n))
+        gen = torch.Generator().manual_seed(self.config.training.seed + 12345)
+        return batch, self.task.generator_inputs(batch, rng=gen)
+
+    def render_samples(self, epoch: int) -> Path:
+        """Rank 0: generate from fixed inputs and write samples/epoch-NNNN.png. The
+        generator runs in train mode (batch statistics, as during training) with its
+        buffers restored and the RNG forked afterwards, so training is unaffected."""
+        batch, inputs = self._fixed_sample_inputs()
+        saved = {k: v.clone() for k, v in self.G.named_buffers()}
+        devices = [self.device] if self.device.type == "cuda" else []
+        with (
+            torch.random.fork_rng(devices=devices),
+            torch.no_grad(),
+            autocast(self.precision, self.device),
+        ):
+            fake = self.task.generate(self.G, inputs).float().cpu().numpy()
+        with torch.no_grad():
+            for k, v in self.G.named_buffers():
+                v.copy_(saved[k])
+        path = self.output / "samples" / f"epoch-{epoch:04d}.png"
+        real = {k: v.float().cpu().numpy() for k, v in batch.items() if v.is_floating_point()}
+        if self.dataset.kind == "paired":
+            save_paired_grid(path, real["a"], fake, real["b"])
+        elif self.dataset.kind == "showers":
+            save_shower_plot(path, real["image"], fake, caption=f"epoch {epoch}")
+        else:
+            save_image_grid(path, fake, ncol=8)
+        return path
+
+    # ---- epochs ------------------------------------------------------------------------------
+    def _finish_epoch(self, epoch0: int, elapsed: float) -> None:
+        sums = torch.stack([self.acc.g_sum, self.acc.d_sum]).float()
+        if self.world > 1:
+            dist.all_reduce(sums)  # on the training group: these live on the device
+        steps = max(self.acc.steps, 1)
+        g, d = (sums / (steps * self.world)).tolist()
+        epoch = epoch0 + 1
+        samples = self.acc.steps * self.batch * self.k * self.world
+        if self.rank0:
+            rec = EpochRecord(
+                epoch=epoch,
+                epoch_seconds=round(elapsed, 6),
+                samples_per_second=round(samples / elapsed if elapsed > 0 else 0.0, 3),
+                g_loss=g,
+                d_loss=d,
+                cost_dollars=EpochRecord.cost(elapsed, self.env.cost_rate_per_hour),
+                steps=self.acc.steps,
+                samples=samples,
+                world_size=self.world,
+            )
+            self.render_samples(epoch)
+            self.metrics_log.append(rec)
+            assert self.metrics is not None
+            self.metrics.record_epoch(rec)
+            log.info(epoch_line(rec.__dict__, self.config.training.epochs))
+
+    def fit(self) -> int:
+        """Train to the last epoch; EXIT_INTERRUPTED after a stop request (checkpointed)."""
+        epochs = self.config.training.epochs
+        if self.rank0 and self.metrics:
+            self.metrics.serve(self.env.metrics_port)
+        start = self.resume()
+        if self.rank0:
+            self.metrics_log.truncate_after(start.epoch)
+            if start != Position(0, 0):
+                where = f"epoch {start.epoch}" + (
+                    f", step {start.step} of epoch {start.epoch + 1}" if start.step else ""
+                )
+                log.info("resumed from %s", where)
+            assert self.progress is not None
+            self.progress.update(
+                force=True,
+                state="running",
+                epoch=start.epoch + 1,
+                epochs=epochs,
+                step=start.step,
+                steps=self.steps_per_epoch,
+                world_size=self.world,
+                resumed_from=start.epoch if start != Position(0, 0) else None,
+            )
+        if start.epoch >= epochs:
+            if self.rank0:
+                log.info("already finished: %d of %d epochs done", start.epoch, epochs)
+                self._progress_done("finished", start.epoch)
+            return 0
+        for epoch0 in range(start.epoch, epochs):
+            first = start.step if epoch0 == start.epoch else 0
+            if first == 0:
+                self.acc = EpochAccumulator.zero(self.device)
+            if self._run_epoch(epoch0, first):
+                if self.rank0:
+                    log.info(
+                        "stopped (%s); checkpoint at epoch %d step %d; run again to resume",
+                        self.stop.signal_name or "peer",
+                        self.last_saved.epoch if self.last_saved else 0,
+                        self.last_saved.step if self.last_saved else 0,
+                    )
+                    self._progress_done("stopped", epoch0)
+                return EXIT_INTERRUPTED
+        if self.rank0:
+            self._progress_done("finished", epochs)
+        return 0
+
+    def _progress_done(self, state: str, epoch: int) -> None:
+        if self.progress:
+            self.progress.update(force=True, state=state, epoch=epoch)
+
+    def _run_epoch(self, epoch0: int, first_step: int) -> bool:
+        """One epoch from `first_step`; True when stopped early."""
+        self.sampler.set_epoch(epoch0)
+        order = torch.tensor(list(iter(self.sampler)), dtype=torch.int64)
+        per_step = self.batch * self.k
+        steps = self.steps_per_epoch
+        seg_start = time.perf_counter()
+        stop = False
+        for step in range(first_step, steps):
+            t0 = time.perf_counter()
+            chunk = order[step * per_step : (step + 1) * per_step]
+            micro = [
+                self._batch(chunk[i * self.batch : (i + 1) * self.batch]) for i in range(self.k)
+            ]
+            stats = self.train_step(micro)
+            self.acc.g_sum += stats.g_loss
+            self.acc.d_sum += stats.d_loss
+            self.acc.steps += 1
+            self.global_step += 1
+            if self.hooks.on_step:
+                self.hooks.on_step(self, epoch0, step + 1)
+            stop, due = self._agree(self.stop.requested, self.rank0 and self.schedule.time_due())
+            if self.rank0:
+                assert self.metrics and self.progress
+                self.metrics.step_duration.observe(time.perf_counter() - t0)
+                self.progress.update(epoch=epoch0 + 1, step=step + 1, steps=steps)
+            if step + 1 == steps:
+                break  # the epoch end below checkpoints if needed
+            if stop or due:
+                now = time.perf_counter()
+                self.acc.elapsed += now - seg_start
+                seg_start = now
+                self.save(Position(epoch0, step + 1))
+                if stop:
+                    return True
+        elapsed = self.acc.elapsed + (time.perf_counter() - seg_start)
+        self._finish_epoch(epoch0, elapsed)
+        done = Position(epoch0 + 1, 0)
+        if stop or self.schedule.epoch_due(epoch0 + 1, self.config.training.epochs):
+            self.save(done)
+        return stop
+
+
+def params_digest(module: nn.Module) -> np.ndarray:
+    """Concatenated parameters as float64 numpy (tests compare ranks with it)."""
+    return torch.cat([p.detach().double().flatten().cpu() for p in module.parameters()]).numpy()
