@@ -1,0 +1,146 @@
+"""Helpers for the TensorFlow trainer tests: configs, in-process trainers, real workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.local_run import worker_environments
+
+REPO = Path(__file__).resolve().parents[3]
+
+TINY = {
+    "dcgan": {"imageSize": 8, "ngf": 4, "ndf": 4, "latentDim": 8},
+    "acgan": {"imageSize": 8, "ngf": 4, "ndf": 4, "latentDim": 8},
+    "gan3d": {"size": "tiny", "numSamples": 48},
+    "custom": {"latentDim": 8, "imageSize": 8},
+}
+
+
+def tf_config(
+    model: str = "dcgan",
+    *,
+    options: dict | None = None,
+    data: dict | None = None,
+    checkpoint: dict | None = None,
+    entrypoint: str = "",
+    strategy: str = "auto",
+    **training: Any,
+) -> TrainerConfig:
+    t: dict[str, Any] = {"epochs": 1, "batchSizePerReplica": 4, "seed": 7}
+    t.update(training)
+    default_data = {"source": "synthetic"} if model == "gan3d" else {"source": "digits"}
+    return TrainerConfig.model_validate(
+        {
+            "jobName": "tft",
+            "framework": "tensorflow",
+            "strategy": strategy,
+            "model": {
+                "name": model,
+                "options": options if options is not None else TINY[model],
+                "entrypoint": entrypoint,
+            },
+            "data": data or default_data,
+            "training": t,
+            "checkpoint": checkpoint or {},
+            "monitoring": {"metricsPort": 19655},
+        }
+    )
+
+
+def env_for(tmp: Path) -> ClusterEnv:
+    return ClusterEnv.from_environ(
+        {
+            "KUBEGAN_CHECKPOINT_DIR": str(tmp / "checkpoints"),
+            "KUBEGAN_OUTPUT_DIR": str(tmp),
+            "KUBEGAN_CONFIG": str(tmp / "config.json"),
+            "KUBEGAN_METRICS_PORT": "0",
+        }
+    )
+
+
+def trainer(cfg: TrainerConfig, tmp: Path, hooks: Any = None) -> Any:
+    """A TfGanTrainer in this process (MirroredStrategy over the 2 logical CPUs)."""
+    from kubegan_trainer.signals import StopFlag
+    from kubegan_trainer.tf_backend.entry import build_trainer
+
+    return build_trainer(cfg, env_for(tmp), StopFlag(), hooks)
+
+
+@dataclass
+class RunResult:
+    codes: list[int]
+    logs: list[str]
+    output: Path
+
+    def trace(self, worker: int = 0) -> list[dict[str, Any]]:
+        path = self.output / "trace" / f"worker-{worker}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def weights(self, worker: int = 0) -> dict[str, np.ndarray]:
+        with np.load(self.output / "weights" / f"worker-{worker}.npz") as z:
+            return {k: z[k] for k in z.files}
+
+
+def run_workers(
+    cfg: TrainerConfig,
+    output: Path,
+    workers: int = 1,
+    extra_env: dict | None = None,
+    timeout: float = 240,
+) -> RunResult:
+    """Real `python -m kubegan_trainer` workers with the §4 environment (TF_CONFIG from
+    build_worker_env, as the operator renders it); each has one CPU replica."""
+    output.mkdir(parents=True, exist_ok=True)
+    cfg_path = output / "config.json"
+    cfg_path.write_text(json.dumps(cfg.to_api()))
+    envs = worker_environments(
+        cfg,
+        workers=workers,
+        gpus_per_worker=0,
+        output_dir=output,
+        cost_rate_per_hour=3.6,
+        namespace="test",
+        config_path=cfg_path,
+    )
+    procs = []
+    for env in envs:
+        env = {
+            **env,
+            "KUBEGAN_TF_LOGICAL_CPUS": "",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "KUBEGAN_TF_BATCH_TRACE": str(output / "trace"),
+            "KUBEGAN_TF_DUMP_WEIGHTS": str(output / "weights"),
+            "OMP_NUM_THREADS": "1",
+            "TF_NUM_INTEROP_THREADS": "1",
+            "TF_NUM_INTRAOP_THREADS": "1",
+            **(extra_env or {}),
+            "PYTHONPATH": os.pathsep.join([str(REPO / "trainer"), env.get("PYTHONPATH", "")]),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "kubegan_trainer"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            logs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return RunResult([p.returncode for p in procs], logs, output)

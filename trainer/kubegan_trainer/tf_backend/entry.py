@@ -1,0 +1,56 @@
+"""Set up and run a TensorFlow training job in this worker process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.config import DataSource, MixedPrecision, ModelName, TrainerConfig
+from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.signals import StopFlag
+
+log = logging.getLogger("kubegan_trainer")
+
+
+def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=None):  # type: ignore[no-untyped-def]
+    """Strategy first (it must configure devices before TF starts), then policy, data,
+    models. Returns the TfGanTrainer."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TF's Python logger repeats every collective it builds at INFO: keep worker logs readable.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    from kubegan_trainer.tf_backend.data import is_tfrecord_path, make_source
+    from kubegan_trainer.tf_backend.loop import TfGanTrainer
+    from kubegan_trainer.tf_backend.precision import set_policy
+    from kubegan_trainer.tf_backend.strategy import make_strategy
+
+    info = make_strategy(config, env)
+    if threading.current_thread() is threading.main_thread():
+        stop.install()  # again: multi-worker set-up may have replaced the SIGTERM handler
+    mode = config.training.mixed_precision
+    if mode == MixedPrecision.fp16 and info.device_type == "TPU":
+        raise TrainerError("spec.training.mixedPrecision: TPUs compute in bf16; use bf16, not fp16")
+    set_policy(mode)
+    if config.data.source == DataSource.files and is_tfrecord_path(config.data.path):
+        if config.model.name not in (ModelName.gan3d, ModelName.custom):
+            raise TrainerError("spec.data.path: TFRecord shards hold showers; use model gan3d")
+        source = make_source(Path(config.data.path), config.training.seed, info.num_workers)
+    else:
+        from kubegan_trainer.data import build_dataset
+
+        source = make_source(build_dataset(config), config.training.seed, info.num_workers)
+    return TfGanTrainer(config, env, info, source, stop, hooks)
+
+
+def run(env: ClusterEnv, config: TrainerConfig, stop: StopFlag | None = None) -> int:
+    """The backend entry (`python -m kubegan_trainer` calls it): returns the process exit
+    code, 0 or EXIT_INTERRUPTED after a stop with a checkpoint."""
+    stop = stop or StopFlag().install()
+    trainer = build_trainer(config, env, stop)
+    code = trainer.fit()
+    from kubegan_trainer.tf_backend.testhooks import dump_weights_if_asked
+
+    dump_weights_if_asked(trainer.info.worker_index, trainer.G, trainer.D)
+    return code

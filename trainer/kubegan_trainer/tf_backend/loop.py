@@ -1,0 +1,482 @@
+"""The TensorFlow custom training loop: one process per worker, `strategy.run` per step.
+
+One iteration, per replica, with k = gradientAccumulationSteps micro-batches of
+batchSizePerReplica each (the replica's part of the global batch):
+
+  D phases (task.d_parts; 3DGAN: "real" then "fake"): fakes are generated once, outside
+      any tape; for each part, per-micro-batch gradients of the per-example loss
+      averaged over the global batch (tf.nn.compute_average_loss) / k are summed, then
+      all-reduced (SUM) across replicas, clipped to the global norm, and applied.
+  G phases (task.g_steps; 3DGAN: two, each with fresh noise): the same, through D.
+  Then BatchNorm moving statistics are averaged across replicas, so every replica (and
+  worker) holds identical state and checkpoints do not depend on which replica is saved.
+
+With fp16 each network has its own LossScaleOptimizer: losses are scaled in the tape,
+gradients are checked for inf/NaN *after* the all-reduce (so all replicas agree), an
+overflow skips that network's update and halves its scale. Clipping happens on scaled
+gradients against clipNorm x scale, which is the same as clipping unscaled ones.
+
+At every step boundary the replicas agree, inside the same step function (no extra
+round trip), on two flags: stop (SIGTERM on any worker) and "interval checkpoint due"
+(the chief's clock). Checkpoints are collective; the chief writes the real files.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kubegan_trainer.checkpoint import Position
+from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
+from kubegan_trainer.intervals import CheckpointSchedule
+from kubegan_trainer.metrics import EpochRecord, MetricsLog, TrainerMetrics
+from kubegan_trainer.progress import ProgressWriter
+from kubegan_trainer.samples import save_image_grid, save_paired_grid, save_shower_plot
+from kubegan_trainer.signals import StopFlag
+from kubegan_trainer.summary import epoch_line
+from kubegan_trainer.tf_backend import testhooks
+from kubegan_trainer.tf_backend.ckpt import TfCheckpoints
+from kubegan_trainer.tf_backend.data import InputSource
+from kubegan_trainer.tf_backend.models import TfGanTask, build_task
+from kubegan_trainer.tf_backend.optim import make_optimizer
+from kubegan_trainer.tf_backend.precision import uses_loss_scaling
+from kubegan_trainer.tf_backend.strategy import StrategyInfo
+
+log = logging.getLogger("kubegan_trainer")
+
+SAMPLE_COUNT = {"images": 64, "paired": 4, "showers": 32}
+SAMPLE_SEED_OFFSET = 12345
+
+
+@dataclass
+class Hooks:
+    """In-process test and tooling hooks; the trainer runs fine without any."""
+
+    on_step: Callable[[TfGanTrainer, int, int, dict[str, Any]], None] | None = None
+
+
+@dataclass
+class EpochAccumulator:
+    g_sum: float = 0.0
+    d_sum: float = 0.0
+    steps: int = 0
+    elapsed: float = 0.0
+
+
+class TfGanTrainer:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        env: ClusterEnv,
+        info: StrategyInfo,
+        source: InputSource,
+        stop: StopFlag,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.config, self.env, self.info, self.source = config, env, info, source
+        self.stop, self.hooks = stop, hooks or Hooks()
+        t = config.training
+        self.strategy = info.strategy
+        self.chief = info.chief
+        self.batch, self.k, self.replicas = (
+            t.batch_size_per_replica,
+            t.gradient_accumulation_steps,
+            info.replicas,
+        )
+        self.global_batch = self.batch * self.k * self.replicas
+        self.clip = t.gradient_clip_norm
+        self.scaling = uses_loss_scaling(t.mixed_precision)
+        self.steps_per_epoch = source.num_samples // self.global_batch
+        if t.steps_per_epoch is not None:
+            self.steps_per_epoch = min(self.steps_per_epoch, t.steps_per_epoch)
+        if self.steps_per_epoch < 1:
+            raise TrainerError(
+                f"spec.training.batchSizePerReplica: {self.batch} x gradientAccumulationSteps "
+                f"{self.k} x {self.replicas} replicas needs at least {self.global_batch} "
+                f"samples, the dataset has {source.num_samples}"
+            )
+        self.output = Path(env.output_dir)
+        # Seeds Keras' initialisers (and Python, NumPy, TF's global seed): the same job
+        # builds the same initial weights in every process, so a resumed run and an
+        # uninterrupted one can agree bitwise.
+        keras.utils.set_random_seed(t.seed)
+        with self.strategy.scope():
+            self.task: TfGanTask = build_task(
+                config, source.kind, source.image_shape, source.num_classes
+            )
+            # In the strategy's scope each replica draws its own stream from this generator;
+            # its state is checkpointed, so a resumed run continues the same random numbers.
+            self.rng = tf.random.Generator.from_seed(t.seed)
+            self.task.rng.gen = self.rng
+            self.G, self.D = self.task.generator, self.task.discriminator
+            self.opt_g = make_optimizer(t.generator, t.mixed_precision, "generator_opt")
+            self.opt_d = make_optimizer(t.discriminator, t.mixed_precision, "discriminator_opt")
+            self.opt_g.build(self.G.trainable_variables)
+            self.opt_d.build(self.D.trainable_variables)
+            self.state = {
+                "epoch": tf.Variable(0, dtype=tf.int64, trainable=False),
+                "step": tf.Variable(0, dtype=tf.int64, trainable=False),
+                "global_step": tf.Variable(0, dtype=tf.int64, trainable=False),
+                "g_sum": tf.Variable(0.0, dtype=tf.float64, trainable=False),
+                "d_sum": tf.Variable(0.0, dtype=tf.float64, trainable=False),
+                "acc_steps": tf.Variable(0, dtype=tf.int64, trainable=False),
+                "elapsed": tf.Variable(0.0, dtype=tf.float64, trainable=False),
+                "replicas": tf.Variable(self.replicas, dtype=tf.int64, trainable=False),
+            }
+        # Non-trainable float state (BatchNorm moving statistics) averaged after each step.
+        self._sync_vars = [
+            v
+            for m in (self.G, self.D)
+            for v in m.non_trainable_variables
+            if "float" in str(v.dtype)
+        ]
+        self.checkpoint = tf.train.Checkpoint(
+            generator=self.G,
+            discriminator=self.D,
+            opt_g=self.opt_g,
+            opt_d=self.opt_d,
+            rng=self.rng,
+            **self.state,
+        )
+        self.ckpts = TfCheckpoints(
+            Path(env.checkpoint_dir), config.checkpoint.keep, self.checkpoint, info.worker_index
+        )
+        self.schedule = CheckpointSchedule(
+            config.checkpoint.interval_epochs, config.checkpoint.interval_minutes
+        )
+        self.acc = EpochAccumulator()
+        self.global_step = 0
+        self.last_saved: Position | None = None
+        self.metrics_log = MetricsLog(self.output / "metrics.jsonl")
+        self.metrics: TrainerMetrics | None = None
+        self.progress: ProgressWriter | None = None
+        if self.chief:
+            self.metrics = TrainerMetrics(env.job_name, env.namespace)
+            self.progress = ProgressWriter(self.output)
+        self.trace = testhooks.BatchTrace.from_env(info.worker_index)
+        self.self_stop = testhooks.SelfStop.from_env(info.worker_index)
+        self._train_step = tf.function(self._distributed_step)
+
+    # ---- one step --------------------------------------------------------------------------
+    def _phase(self, opt: Any, variables: list, loss_fn: Callable[[int], tf.Tensor]) -> tf.Tensor:
+        """One optimizer update from k micro-batches; returns this replica's share of the
+        globally averaged loss (summing the shares over replicas gives the mean)."""
+        ctx = tf.distribute.get_replica_context()
+        acc = [tf.zeros_like(v) for v in variables]
+        total = tf.constant(0.0, tf.float32)
+        per_replica_batch = self.batch * self.replicas
+        for i in range(self.k):
+            with tf.GradientTape() as tape:
+                per_example = tf.cast(loss_fn(i), tf.float32)
+                loss = (
+                    tf.nn.compute_average_loss(per_example, global_batch_size=per_replica_batch)
+                    / self.k
+                )
+                scaled = opt.scale_loss(loss) if self.scaling else loss
+            grads = tape.gradient(scaled, variables)
+            acc = [
+                a if g is None else a + tf.cast(g, a.dtype) for a, g in zip(acc, grads, strict=True)
+            ]
+            total += loss
+        grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, acc)
+        if self.clip is not None:
+            limit = self.clip * (tf.cast(opt.dynamic_scale, tf.float32) if self.scaling else 1.0)
+            grads, _ = tf.clip_by_global_norm(grads, limit)
+        opt.apply(grads, variables)
+        return total
+
+    def _replica_step(self, batch: dict[str, tf.Tensor], flags: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        task, rng, b = self.task, self.rng, self.batch
+        ctx = tf.distribute.get_replica_context()
+        micro = [{k: v[i * b : (i + 1) * b] for k, v in batch.items()} for i in range(self.k)]
+        inputs = [task.generator_inputs(m, rng) for m in micro]
+        fakes = [tf.stop_gradient(task.generate(x, training=task.d_fakes_training)) for x in inputs]
+        d_vars, g_vars = self.D.trainable_variables, self.G.trainable_variables
+        d_total = tf.constant(0.0)
+        for part in task.d_parts:
+            d_total += self._phase(
+                self.opt_d,
+                d_vars,
+                lambda i, part=part: task.d_loss(micro[i], fakes[i], inputs[i], part, rng),
+            )
+        g_total = tf.constant(0.0)
+        for _ in range(task.g_steps):
+            g_inputs = (
+                [task.generator_inputs(m, rng) for m in micro] if task.fresh_g_inputs else inputs
+            )
+
+            def g_loss(i: int, g_inputs: list = g_inputs) -> tf.Tensor:
+                return task.g_loss(micro[i], task.generate(g_inputs[i], training=True), g_inputs[i])
+
+            g_total += self._phase(self.opt_g, g_vars, g_loss)
+        if self._sync_vars:
+            synced = ctx.all_reduce(
+                tf.distribute.ReduceOp.MEAN, [tf.identity(v.value) for v in self._sync_vars]
+            )
+            for v, s in zip(self._sync_vars, synced, strict=True):
+                v.assign(s)
+        # tf.identity places the host-side flags on this replica's device for the collective.
+        agreed = ctx.all_reduce(
+            tf.distribute.ReduceOp.SUM, tf.identity(flags)
+        )  # > 0: someone set it
+        return (g_total / task.g_steps, d_total / len(task.d_parts), agreed, batch["index"])
+
+    def _distributed_step(self, batch: Any, flags: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        g, d, agreed, index = self.strategy.run(self._replica_step, args=(batch, flags))
+        g = self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
+        d = self.strategy.reduce(tf.distribute.ReduceOp.SUM, d, axis=None)
+        agreed = self.strategy.experimental_local_results(agreed)[0]
+        index = tf.concat(self.strategy.experimental_local_results(index), 0)
+        return g, d, agreed, index
+
+    def _reclaim_sigterm(self) -> None:
+        """TensorFlow's coordination service (multi-worker) installs a C++ SIGTERM handler
+        of its own (its preemption notifier), which silently swallows the signal; put
+        ours back once the collectives exist, so SIGTERM still means "checkpoint and exit"."""
+        if threading.current_thread() is threading.main_thread():
+            self.stop.install()
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def save(self, pos: Position) -> None:
+        """Collective: every worker calls it; the chief writes the files."""
+        if self.last_saved == pos:
+            return
+        t0 = time.perf_counter()
+        s = self.state
+        s["epoch"].assign(pos.epoch)
+        s["step"].assign(pos.step)
+        s["global_step"].assign(self.global_step)
+        s["g_sum"].assign(self.acc.g_sum)
+        s["d_sum"].assign(self.acc.d_sum)
+        s["acc_steps"].assign(self.acc.steps)
+        s["elapsed"].assign(self.acc.elapsed)
+        self.ckpts.save(
+            pos,
+            self.global_step,
+            {
+                "framework": "tensorflow",
+                "replicas": self.replicas,
+                "workers": self.info.num_workers,
+            },
+        )
+        if self.metrics:
+            self.metrics.checkpoint_duration.observe(time.perf_counter() - t0)
+        self.schedule.mark()
+        self.last_saved = pos
+
+    def _same_everywhere(self, value: int) -> bool:
+        """Whether every replica holds the same integer (workers must pick one checkpoint).
+        ReduceOp has only SUM and MEAN: equal values have zero variance."""
+
+        def fn() -> tf.Tensor:
+            v = tf.constant(float(value), tf.float64)
+            return tf.stack([v, v * v])
+
+        mean = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, self.strategy.run(fn), axis=None)
+        m, m2 = (float(x) for x in mean.numpy())
+        return abs(m2 - m * m) < 1e-6
+
+    def resume(self) -> Position:
+        error, saved = "", None
+        try:
+            saved = self.ckpts.latest_valid()
+        except TrainerError as err:
+            error = str(err)
+        step = -2 if error else (saved.global_step if saved else -1)
+        if self.info.num_workers > 1 and not self._same_everywhere(step):
+            raise TrainerError(
+                f"spec.checkpoint.claimName: workers see different checkpoints in "
+                f"{self.env.checkpoint_dir} (this one: global step {step}); TensorFlow workers "
+                "need one shared checkpoint volume"
+            )
+        if error:
+            raise TrainerError(error)
+        if saved is None:
+            return Position(0, 0)
+        self.ckpts.restore(saved)
+        s = self.state
+        pos = Position(int(s["epoch"].numpy()), int(s["step"].numpy()))
+        self.global_step = int(s["global_step"].numpy())
+        self.acc = EpochAccumulator(
+            float(s["g_sum"].numpy()),
+            float(s["d_sum"].numpy()),
+            int(s["acc_steps"].numpy()),
+            float(s["elapsed"].numpy()),
+        )
+        saved_replicas = int(s["replicas"].numpy())
+        if saved_replicas != self.replicas:
+            if self.chief:
+                log.warning(
+                    "replicas changed from %d to %d: random streams re-seeded and batches "
+                    "re-split, so the run is not bitwise-reproducible from here",
+                    saved_replicas,
+                    self.replicas,
+                )
+            self.rng.reset_from_seed(self.config.training.seed + 104729 * self.global_step)
+            s["replicas"].assign(self.replicas)
+        self.last_saved = pos
+        return pos
+
+    # ---- samples ---------------------------------------------------------------------------
+    def render_samples(self, epoch: int) -> Path:
+        """Chief only: generate from fixed inputs and write samples/epoch-NNNN.png. The
+        generator runs in training mode (batch statistics, as in training) with its
+        moving statistics restored afterwards, and from a private generator, so
+        rendering never changes the training state or random stream."""
+        n = min(SAMPLE_COUNT[self.source.kind], len(next(iter(self.source.sample_arrays.values()))))
+        batch = {k: tf.constant(v[:n]) for k, v in self.source.sample_arrays.items()}
+        gen = tf.random.Generator.from_seed(self.config.training.seed + SAMPLE_SEED_OFFSET)
+        saved = [v.numpy() for v in self.G.non_trainable_variables]
+        with self.strategy.scope():
+            fake = self.task.generate(self.task.generator_inputs(batch, gen), training=True)
+        fake = np.asarray(tf.cast(fake, tf.float32).numpy())
+        for v, old in zip(self.G.non_trainable_variables, saved, strict=True):
+            v.assign(old)
+        path = self.output / "samples" / f"epoch-{epoch:04d}.png"
+        first = lambda a: np.moveaxis(np.asarray(a, np.float32), -1, 1)  # noqa: E731 - to (N, C, ...)
+        if self.source.kind == "paired":
+            save_paired_grid(path, first(batch["a"]), first(fake), first(batch["b"]))
+        elif self.source.kind == "showers":
+            save_shower_plot(path, first(batch["image"]), first(fake), caption=f"epoch {epoch}")
+        else:
+            save_image_grid(path, first(fake), ncol=8)
+        return path
+
+    # ---- epochs ----------------------------------------------------------------------------
+    def _finish_epoch(self, epoch0: int, elapsed: float) -> None:
+        steps = max(self.acc.steps, 1)
+        epoch = epoch0 + 1
+        samples = self.acc.steps * self.global_batch
+        if not self.chief:
+            return
+        rec = EpochRecord(
+            epoch=epoch,
+            epoch_seconds=round(elapsed, 6),
+            samples_per_second=round(samples / elapsed if elapsed > 0 else 0.0, 3),
+            g_loss=self.acc.g_sum / steps,
+            d_loss=self.acc.d_sum / steps,
+            cost_dollars=EpochRecord.cost(elapsed, self.env.cost_rate_per_hour),
+            steps=self.acc.steps,
+            samples=samples,
+            world_size=self.replicas,
+        )
+        self.render_samples(epoch)
+        self.metrics_log.append(rec)
+        assert self.metrics is not None
+        self.metrics.record_epoch(rec)
+        log.info(epoch_line(rec.__dict__, self.config.training.epochs))
+
+    def fit(self) -> int:
+        """Train to the last epoch; EXIT_INTERRUPTED after a stop request (checkpointed)."""
+        epochs = self.config.training.epochs
+        if self.chief and self.metrics:
+            self.metrics.serve(self.env.metrics_port)
+        start = self.resume()
+        if self.chief:
+            self.metrics_log.truncate_after(start.epoch)
+            if start != Position(0, 0):
+                where = f"epoch {start.epoch}" + (
+                    f", step {start.step} of epoch {start.epoch + 1}" if start.step else ""
+                )
+                log.info("resumed from %s", where)
+            assert self.progress is not None
+            self.progress.update(
+                force=True,
+                state="running",
+                epoch=start.epoch + 1,
+                epochs=epochs,
+                step=start.step,
+                steps=self.steps_per_epoch,
+                world_size=self.replicas,
+                resumed_from=start.epoch if start != Position(0, 0) else None,
+            )
+        if start.epoch >= epochs:
+            if self.chief:
+                log.info("already finished: %d of %d epochs done", start.epoch, epochs)
+                self._progress_done("finished", start.epoch)
+            return 0
+        for epoch0 in range(start.epoch, epochs):
+            first = start.step if epoch0 == start.epoch else 0
+            if first == 0:
+                self.acc = EpochAccumulator()
+            if self._run_epoch(epoch0, first):
+                if self.chief:
+                    saved = self.last_saved or Position(0, 0)
+                    log.info(
+                        "stopped (%s); checkpoint at epoch %d step %d; run again to resume",
+                        self.stop.signal_name or "peer",
+                        saved.epoch,
+                        saved.step,
+                    )
+                    self._progress_done("stopped", epoch0)
+                return EXIT_INTERRUPTED
+        if self.chief:
+            self._progress_done("finished", epochs)
+        return 0
+
+    def _progress_done(self, state: str, epoch: int) -> None:
+        if self.progress:
+            self.progress.update(force=True, state=state, epoch=epoch)
+
+    def _run_epoch(self, epoch0: int, first_step: int) -> bool:
+        """One epoch from `first_step`; True when stopped early."""
+        steps = self.steps_per_epoch
+        src = self.source
+        ds = src.epoch_dataset(
+            epoch0, first_step if src.skip_in_source else 0, self.global_batch, steps
+        )
+        it = iter(self.strategy.experimental_distribute_dataset(ds))
+        if not src.skip_in_source:
+            for _ in range(first_step):  # FILE-sharded streams: advance, do not train
+                next(it)
+        seg_start = time.perf_counter()
+        stop = False
+        for step in range(first_step, steps):
+            t0 = time.perf_counter()
+            flags = tf.constant(
+                [float(self.stop.requested), float(self.chief and self.schedule.time_due())]
+            )
+            g, d, agreed, index = self._train_step(next(it), flags)
+            self.acc.g_sum += float(g)
+            self.acc.d_sum += float(d)
+            self.acc.steps += 1
+            self.global_step += 1
+            if step == first_step:
+                self._reclaim_sigterm()
+            stop, due = bool(agreed[0] > 0), bool(agreed[1] > 0)
+            info = {"index": index.numpy(), "g_loss": float(g), "d_loss": float(d)}
+            if self.trace:
+                self.trace.record(epoch0, step, info["index"])
+            if self.hooks.on_step:
+                self.hooks.on_step(self, epoch0, step + 1, info)
+            if self.self_stop:
+                self.self_stop.maybe_fire(self.global_step)
+            if self.chief:
+                assert self.metrics and self.progress
+                self.metrics.step_duration.observe(time.perf_counter() - t0)
+                self.progress.update(epoch=epoch0 + 1, step=step + 1, steps=steps)
+            if step + 1 == steps:
+                break  # the epoch end below checkpoints if needed
+            if stop or due:
+                now = time.perf_counter()
+                self.acc.elapsed += now - seg_start
+                seg_start = now
+                self.save(Position(epoch0, step + 1))
+                if stop:
+                    return True
+        elapsed = self.acc.elapsed + (time.perf_counter() - seg_start)
+        self._finish_epoch(epoch0, elapsed)
+        if stop or self.schedule.epoch_due(epoch0 + 1, self.config.training.epochs):
+            self.save(Position(epoch0 + 1, 0))
+        return stop
