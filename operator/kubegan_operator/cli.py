@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from kubegan_operator import __version__
+from kubegan_operator.api import GANTrainingJob
 from kubegan_operator.loading import InputError, load_job, load_objects
 from kubegan_operator.planner import Plan, plan, static_plan
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
@@ -97,23 +100,53 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def local_gpu_count() -> int:
+    """GPUs on this machine, asked of the driver (no framework import for the CLI)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.splitlines())
+
+
+def local_shape(job: GANTrainingJob, available_gpus: int) -> tuple[int, int, str]:
+    """Workers and GPUs per worker for `kubegan run`, fitted to this machine, and a note
+    when that differs from what the job asks of a cluster."""
+    r = job.spec.resources
+    workers = r.workers or 1
+    wanted = r.gpus if r.gpus is not None else (r.gpus_per_worker or 0)
+    per_worker = min(wanted, available_gpus // workers) if wanted else 0
+    note = ""
+    if wanted and per_worker < wanted:
+        asked = f"{r.gpus} GPUs" if r.gpus is not None else f"{wanted} GPUs per worker"
+        note = (
+            f"the job asks for {asked}; this machine has {available_gpus}: running "
+            f"{workers} worker(s) with {per_worker or 'no'} GPU(s) each"
+        )
+    return workers, per_worker, note
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
+    if job.spec.resources.tpu is not None:
+        raise InputError(["spec.resources.tpu: a TPU slice cannot run locally; use a cluster"])
     # Imported here: the trainer's local runner is not needed by any other subcommand.
     from kubegan_trainer.local_run import run_local
 
-    static = static_plan(job.spec)
-    if job.spec.resources.tpu is not None:
-        raise InputError(["spec.resources.tpu: a TPU slice cannot run locally; use a cluster"])
-    workers = static.workers if static.feasible else 1
-    gpus = static.gpus_per_worker if static.feasible else (job.spec.resources.gpus or 0)
+    workers, gpus, note = local_shape(job, local_gpu_count())
+    if note:
+        print(f"kubegan run: {note}", file=sys.stderr)
+    price = job.spec.cost.accelerator_hourly_price or 0.0
     output = Path(args.output) if args.output else Path("runs") / job.metadata.name
     return run_local(
         job.trainer_config(),
         workers=workers,
         gpus_per_worker=gpus,
         output_dir=output,
-        cost_rate_per_hour=static.cost_per_hour,
+        cost_rate_per_hour=price * workers * gpus,
         namespace=job.metadata.namespace,
     )
 
