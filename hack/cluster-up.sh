@@ -269,6 +269,13 @@ install_crds() {
   log "applying CRDs from crds/"
   kubectl apply --server-side --force-conflicts -f "$crd_dir" >&2
   kubectl wait --for=condition=Established --timeout="${TIMEOUT}s" -f "$crd_dir" >&2
+  # Established is not the end: the apiserver answers 429 "storage is (re)initializing" for
+  # a moment after; wait until the resource can really be listed so clients start clean.
+  local deadline=$((SECONDS + TIMEOUT))
+  until kubectl get gantrainingjobs.kubegan.io -A >/dev/null 2>&1; do
+    (( SECONDS < deadline )) || die "gantrainingjobs cannot be listed after ${TIMEOUT}s"
+    sleep 0.5
+  done
 }
 
 main() {
