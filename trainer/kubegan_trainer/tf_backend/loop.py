@@ -40,11 +40,9 @@ from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule
-from kubegan_trainer.metrics import EpochRecord, MetricsLog, TrainerMetrics
-from kubegan_trainer.progress import ProgressWriter
+from kubegan_trainer.reporting import Reporter
 from kubegan_trainer.samples import save_image_grid, save_paired_grid, save_shower_plot
 from kubegan_trainer.signals import StopFlag
-from kubegan_trainer.summary import epoch_line
 from kubegan_trainer.tf_backend import testhooks
 from kubegan_trainer.tf_backend.ckpt import TfCheckpoints
 from kubegan_trainer.tf_backend.data import InputSource
@@ -158,12 +156,7 @@ class TfGanTrainer:
         self.acc = EpochAccumulator()
         self.global_step = 0
         self.last_saved: Position | None = None
-        self.metrics_log = MetricsLog(self.output / "metrics.jsonl")
-        self.metrics: TrainerMetrics | None = None
-        self.progress: ProgressWriter | None = None
-        if self.chief:
-            self.metrics = TrainerMetrics(env.job_name, env.namespace)
-            self.progress = ProgressWriter(self.output)
+        self.report = Reporter(env, self.output, config.training.epochs, self.chief)
         self.trace = testhooks.BatchTrace.from_env(info.worker_index)
         self.self_stop = testhooks.SelfStop.from_env(info.worker_index)
         self._train_step = tf.function(self._distributed_step)
@@ -270,8 +263,7 @@ class TfGanTrainer:
                 "workers": self.info.num_workers,
             },
         )
-        if self.metrics:
-            self.metrics.checkpoint_duration.observe(time.perf_counter() - t0)
+        self.report.checkpoint_written(time.perf_counter() - t0)
         self.schedule.mark()
         self.last_saved = pos
 
@@ -360,74 +352,32 @@ class TfGanTrainer:
         samples = self.acc.steps * self.global_batch
         if not self.chief:
             return
-        rec = EpochRecord(
-            epoch=epoch,
-            epoch_seconds=round(elapsed, 6),
-            samples_per_second=round(samples / elapsed if elapsed > 0 else 0.0, 3),
-            g_loss=self.acc.g_sum / steps,
-            d_loss=self.acc.d_sum / steps,
-            cost_dollars=EpochRecord.cost(elapsed, self.env.cost_rate_per_hour),
+        self.render_samples(epoch)
+        self.report.epoch_done(
+            epoch,
+            elapsed,
             steps=self.acc.steps,
             samples=samples,
+            g_loss=self.acc.g_sum / steps,
+            d_loss=self.acc.d_sum / steps,
             world_size=self.replicas,
         )
-        self.render_samples(epoch)
-        self.metrics_log.append(rec)
-        assert self.metrics is not None
-        self.metrics.record_epoch(rec)
-        log.info(epoch_line(rec.__dict__, self.config.training.epochs))
 
     def fit(self) -> int:
         """Train to the last epoch; EXIT_INTERRUPTED after a stop request (checkpointed)."""
         epochs = self.config.training.epochs
-        if self.chief and self.metrics:
-            self.metrics.serve(self.env.metrics_port)
         start = self.resume()
-        if self.chief:
-            self.metrics_log.truncate_after(start.epoch)
-            if start != Position(0, 0):
-                where = f"epoch {start.epoch}" + (
-                    f", step {start.step} of epoch {start.epoch + 1}" if start.step else ""
-                )
-                log.info("resumed from %s", where)
-            assert self.progress is not None
-            self.progress.update(
-                force=True,
-                state="running",
-                epoch=start.epoch + 1,
-                epochs=epochs,
-                step=start.step,
-                steps=self.steps_per_epoch,
-                world_size=self.replicas,
-                resumed_from=start.epoch if start != Position(0, 0) else None,
-            )
-        if start.epoch >= epochs:
-            if self.chief:
-                log.info("already finished: %d of %d epochs done", start.epoch, epochs)
-                self._progress_done("finished", start.epoch)
+        if self.report.start(start, self.steps_per_epoch, self.replicas):
             return 0
         for epoch0 in range(start.epoch, epochs):
             first = start.step if epoch0 == start.epoch else 0
             if first == 0:
                 self.acc = EpochAccumulator()
             if self._run_epoch(epoch0, first):
-                if self.chief:
-                    saved = self.last_saved or Position(0, 0)
-                    log.info(
-                        "stopped (%s); checkpoint at epoch %d step %d; run again to resume",
-                        self.stop.signal_name or "peer",
-                        saved.epoch,
-                        saved.step,
-                    )
-                    self._progress_done("stopped", epoch0)
+                self.report.stopped(self.last_saved, self.stop.signal_name, epoch0)
                 return EXIT_INTERRUPTED
-        if self.chief:
-            self._progress_done("finished", epochs)
+        self.report.finished()
         return 0
-
-    def _progress_done(self, state: str, epoch: int) -> None:
-        if self.progress:
-            self.progress.update(force=True, state=state, epoch=epoch)
 
     def _run_epoch(self, epoch0: int, first_step: int) -> bool:
         """One epoch from `first_step`; True when stopped early."""
@@ -462,10 +412,7 @@ class TfGanTrainer:
                 self.hooks.on_step(self, epoch0, step + 1, info)
             if self.self_stop:
                 self.self_stop.maybe_fire(self.global_step)
-            if self.chief:
-                assert self.metrics and self.progress
-                self.metrics.step_duration.observe(time.perf_counter() - t0)
-                self.progress.update(epoch=epoch0 + 1, step=step + 1, steps=steps)
+            self.report.step_done(time.perf_counter() - t0, epoch0, step + 1, steps)
             if step + 1 == steps:
                 break  # the epoch end below checkpoints if needed
             if stop or due:

@@ -41,11 +41,9 @@ from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule
-from kubegan_trainer.metrics import EpochRecord, MetricsLog, TrainerMetrics
-from kubegan_trainer.progress import ProgressWriter
+from kubegan_trainer.reporting import Reporter
 from kubegan_trainer.samples import save_image_grid, save_paired_grid, save_shower_plot
 from kubegan_trainer.signals import StopFlag
-from kubegan_trainer.summary import epoch_line
 from kubegan_trainer.torch_backend import rng
 from kubegan_trainer.torch_backend.models import Batch, GanTask
 from kubegan_trainer.torch_backend.optim import make_optimizer
@@ -180,12 +178,7 @@ class GanTrainer:
         self.acc = EpochAccumulator.zero(self.device)
         self.global_step = 0
         self.last_saved: Position | None = None
-        self.metrics_log = MetricsLog(self.output / "metrics.jsonl")
-        self.metrics: TrainerMetrics | None = None
-        self.progress: ProgressWriter | None = None
-        if self.rank0:
-            self.metrics = TrainerMetrics(env.job_name, env.namespace)
-            self.progress = ProgressWriter(self.output)
+        self.report = Reporter(env, self.output, config.training.epochs, self.rank0)
 
     # ---- set-up helpers ----------------------------------------------------------------
     def _want_channels_last(self) -> bool:
@@ -323,8 +316,7 @@ class GanTrainer:
             except BaseException:
                 self.store.abort(staging)
                 raise
-            if self.metrics:
-                self.metrics.checkpoint_duration.observe(time.perf_counter() - t0)
+            self.report.checkpoint_written(time.perf_counter() - t0)
         self._barrier()
         self.schedule.mark()
         self.last_saved = pos
@@ -444,73 +436,32 @@ class GanTrainer:
         epoch = epoch0 + 1
         samples = self.acc.steps * self.batch * self.k * self.world
         if self.rank0:
-            rec = EpochRecord(
-                epoch=epoch,
-                epoch_seconds=round(elapsed, 6),
-                samples_per_second=round(samples / elapsed if elapsed > 0 else 0.0, 3),
-                g_loss=g,
-                d_loss=d,
-                cost_dollars=EpochRecord.cost(elapsed, self.env.cost_rate_per_hour),
-                steps=self.acc.steps,
-                samples=samples,
-                world_size=self.world,
-            )
             self.render_samples(epoch)
-            self.metrics_log.append(rec)
-            assert self.metrics is not None
-            self.metrics.record_epoch(rec)
-            log.info(epoch_line(rec.__dict__, self.config.training.epochs))
+        self.report.epoch_done(
+            epoch,
+            elapsed,
+            steps=self.acc.steps,
+            samples=samples,
+            g_loss=g,
+            d_loss=d,
+            world_size=self.world,
+        )
 
     def fit(self) -> int:
         """Train to the last epoch; EXIT_INTERRUPTED after a stop request (checkpointed)."""
         epochs = self.config.training.epochs
-        if self.rank0 and self.metrics:
-            self.metrics.serve(self.env.metrics_port)
         start = self.resume()
-        if self.rank0:
-            self.metrics_log.truncate_after(start.epoch)
-            if start != Position(0, 0):
-                where = f"epoch {start.epoch}" + (
-                    f", step {start.step} of epoch {start.epoch + 1}" if start.step else ""
-                )
-                log.info("resumed from %s", where)
-            assert self.progress is not None
-            self.progress.update(
-                force=True,
-                state="running",
-                epoch=start.epoch + 1,
-                epochs=epochs,
-                step=start.step,
-                steps=self.steps_per_epoch,
-                world_size=self.world,
-                resumed_from=start.epoch if start != Position(0, 0) else None,
-            )
-        if start.epoch >= epochs:
-            if self.rank0:
-                log.info("already finished: %d of %d epochs done", start.epoch, epochs)
-                self._progress_done("finished", start.epoch)
+        if self.report.start(start, self.steps_per_epoch, self.world):
             return 0
         for epoch0 in range(start.epoch, epochs):
             first = start.step if epoch0 == start.epoch else 0
             if first == 0:
                 self.acc = EpochAccumulator.zero(self.device)
             if self._run_epoch(epoch0, first):
-                if self.rank0:
-                    log.info(
-                        "stopped (%s); checkpoint at epoch %d step %d; run again to resume",
-                        self.stop.signal_name or "peer",
-                        self.last_saved.epoch if self.last_saved else 0,
-                        self.last_saved.step if self.last_saved else 0,
-                    )
-                    self._progress_done("stopped", epoch0)
+                self.report.stopped(self.last_saved, self.stop.signal_name, epoch0)
                 return EXIT_INTERRUPTED
-        if self.rank0:
-            self._progress_done("finished", epochs)
+        self.report.finished()
         return 0
-
-    def _progress_done(self, state: str, epoch: int) -> None:
-        if self.progress:
-            self.progress.update(force=True, state=state, epoch=epoch)
 
     def _run_epoch(self, epoch0: int, first_step: int) -> bool:
         """One epoch from `first_step`; True when stopped early."""
@@ -534,10 +485,7 @@ class GanTrainer:
             if self.hooks.on_step:
                 self.hooks.on_step(self, epoch0, step + 1)
             stop, due = self._agree(self.stop.requested, self.rank0 and self.schedule.time_due())
-            if self.rank0:
-                assert self.metrics and self.progress
-                self.metrics.step_duration.observe(time.perf_counter() - t0)
-                self.progress.update(epoch=epoch0 + 1, step=step + 1, steps=steps)
+            self.report.step_done(time.perf_counter() - t0, epoch0, step + 1, steps)
             if step + 1 == steps:
                 break  # the epoch end below checkpoints if needed
             if stop or due:

@@ -8,30 +8,14 @@ discriminator returns one logit per image.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from torch import nn
 
+from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.torch_backend.models.base import GanTask, option
 from kubegan_trainer.torch_backend.models.dcgan import UnconditionalTask
-
-
-def load_entrypoint(entrypoint: str) -> Any:
-    if ":" not in entrypoint:
-        raise TrainerError(
-            f"spec.model.entrypoint: expected 'package.module:factory', got {entrypoint!r}"
-        )
-    module_name, attr = entrypoint.split(":", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # any import-time failure is the user's module's problem
-        raise TrainerError(f"spec.model.entrypoint: cannot import {module_name} ({err})") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise TrainerError(f"spec.model.entrypoint: {module_name} has no {attr!r}") from None
 
 
 def build_custom(entrypoint: str, options: dict[str, Any]) -> GanTask:
