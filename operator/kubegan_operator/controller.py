@@ -20,7 +20,12 @@ from kubegan_operator import metrics
 from kubegan_operator.api import GROUP, PLURAL, VERSION, GANTrainingJobSpec, Phase
 from kubegan_operator.planner import plan
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.progress import TrainerProgress, fetch_progress, last_epoch_seconds
+from kubegan_operator.progress import (
+    ProgressUpdate,
+    TrainerProgress,
+    fetch_progress,
+    last_epoch_seconds,
+)
 from kubegan_operator.reconcile import reconcile
 from kubegan_operator.render import JOB_NAME_LABEL
 from kubegan_operator.topology import build_inventory
@@ -124,7 +129,7 @@ class Controller:
 
     def _read_progress(
         self, job: Mapping[str, Any], pods: list[dict[str, Any]]
-    ) -> tuple[int, float | None] | None:
+    ) -> ProgressUpdate | None:
         """Epoch and last epoch time from worker 0, at most every PROGRESS_SECONDS."""
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
@@ -141,7 +146,9 @@ class Controller:
         if now is None:
             return None
         self._progress[key] = (time.monotonic(), now)
-        return now.epoch, last_epoch_seconds(now, seen[1] if seen else None)
+        return ProgressUpdate(
+            now.epoch, last_epoch_seconds(now, seen[1] if seen else None), now.checkpoint
+        )
 
     def node_changed(self, event_type: str, node: Mapping[str, Any]) -> bool:
         """Whether a node event can change placement (not a mere heartbeat)."""

@@ -17,22 +17,45 @@ class TrainerProgress:
     epoch: int
     epoch_seconds_sum: float
     epoch_count: int
+    # the latest checkpoint: epochs done, steps into the next, unix time (None: none yet)
+    checkpoint: tuple[int, int, float] | None = None
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    """What reconcile copies into status.progress and status.lastCheckpoint."""
+
+    epoch: int
+    last_epoch_seconds: float | None
+    checkpoint: tuple[int, int, float] | None
 
 
 def parse_trainer_metrics(text: str) -> TrainerProgress | None:
-    epoch: float | None = None
-    total, count = 0.0, 0.0
+    wanted = {
+        "kubegan_epoch", "kubegan_epoch_duration_seconds_sum",
+        "kubegan_epoch_duration_seconds_count", "kubegan_checkpoint_epoch",
+        "kubegan_checkpoint_step", "kubegan_checkpoint_timestamp_seconds",
+    }  # fmt: skip
+    values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "kubegan_epoch":
-                epoch = sample.value
-            elif sample.name == "kubegan_epoch_duration_seconds_sum":
-                total = sample.value
-            elif sample.name == "kubegan_epoch_duration_seconds_count":
-                count = sample.value
-    if epoch is None:
+            if sample.name in wanted:
+                values[sample.name] = sample.value
+    if "kubegan_epoch" not in values:
         return None
-    return TrainerProgress(int(epoch), total, int(count))
+    checkpoint = None
+    if values.get("kubegan_checkpoint_timestamp_seconds"):
+        checkpoint = (
+            int(values.get("kubegan_checkpoint_epoch", 0)),
+            int(values.get("kubegan_checkpoint_step", 0)),
+            values["kubegan_checkpoint_timestamp_seconds"],
+        )
+    return TrainerProgress(
+        int(values["kubegan_epoch"]),
+        values.get("kubegan_epoch_duration_seconds_sum", 0.0),
+        int(values.get("kubegan_epoch_duration_seconds_count", 0)),
+        checkpoint,
+    )
 
 
 def fetch_progress(host: str, port: int, timeout: float = 1.0) -> TrainerProgress | None:

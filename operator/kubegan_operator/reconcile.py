@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kubegan_operator.api import (
+    CheckpointStatus,
     CleanPodPolicy,
     Condition,
     CostStatus,
@@ -27,6 +28,7 @@ from kubegan_operator.api import (
 from kubegan_operator.loading import validation_problems
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, WorkerState, classify, is_gated
+from kubegan_operator.progress import ProgressUpdate
 from kubegan_operator.render import (
     ATTEMPT_LABEL,
     render_config_map,
@@ -98,9 +100,9 @@ def reconcile(
     *,
     have_service: bool,
     have_config_map: bool,
-    progress: tuple[int, float | None] | None = None,
+    progress: ProgressUpdate | None = None,
 ) -> Decision:
-    """`progress` is (epoch, last epoch seconds) read from worker 0, when it could be."""
+    """`progress` is what worker 0's metrics said, when they could be read."""
     d = Decision()
     meta = raw.get("metadata") or {}
     try:
@@ -118,9 +120,14 @@ def reconcile(
     st.progress = st.progress or ProgressStatus()
     st.progress.epochs = spec.training.epochs
     if progress is not None:
-        st.progress.epoch = progress[0]
-        if progress[1] is not None:
-            st.progress.last_epoch_seconds = round(progress[1], 3)
+        st.progress.epoch = progress.epoch
+        if progress.last_epoch_seconds is not None:
+            st.progress.last_epoch_seconds = round(progress.last_epoch_seconds, 3)
+        if progress.checkpoint is not None:
+            epoch, step, when = progress.checkpoint
+            st.last_checkpoint = CheckpointStatus(
+                epoch=epoch, step=step, time=now_iso(datetime.fromtimestamp(when, UTC))
+            )
     st.cost = st.cost or CostStatus()
 
     current = [p for p in pods if _pod_attempt(p) == st.attempt]

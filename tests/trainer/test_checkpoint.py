@@ -104,11 +104,12 @@ def test_metric_names_and_jsonl(tmp_path: Path) -> None:
     assert rec.cost_dollars == pytest.approx(0.05)
     m.record_epoch(rec)
     m.step_duration.observe(0.1)
-    m.checkpoint_duration.observe(0.2)
+    m.record_checkpoint(0.2, 1, 3)
     text = generate_latest(m.registry).decode()
     for name in METRIC_NAMES:
         assert f"\n{name}" in text or text.startswith(name) or f"# TYPE {name} " in text
     assert 'kubegan_epoch{ganjob="job",namespace="ns"} 1.0' in text
+    assert 'kubegan_checkpoint_step{ganjob="job",namespace="ns"} 3.0' in text
     log = MetricsLog(tmp_path / "metrics.jsonl")
     log.append(rec)
     log.append(EpochRecord(**{**rec.__dict__, "epoch": 2}))

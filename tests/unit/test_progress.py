@@ -31,7 +31,11 @@ def test_reads_epoch_and_durations_from_trainer_metrics() -> None:
     m.epoch.set(2)
     m.epoch_duration.observe(14.0)
     second = fetch_progress("127.0.0.1", port)
-    assert second is not None and second.epoch == 2
+    assert second is not None and second.epoch == 2 and second.checkpoint is None
+    m.record_checkpoint(0.5, 2, 0)
+    third = fetch_progress("127.0.0.1", port)
+    assert third is not None and third.checkpoint is not None
+    assert third.checkpoint[:2] == (2, 0) and third.checkpoint[2] > 1.7e9
     assert last_epoch_seconds(second, first) == 14.0
     assert last_epoch_seconds(second, None) == 12.0  # after an operator restart: the mean
 

@@ -313,3 +313,24 @@ def test_classify_pending_detail() -> None:
     }
     w = classify(pod, NODES)
     assert w.outcome == Outcome.pending and w.detail == "Unschedulable: 0/3 nodes are available"
+
+
+def test_progress_and_last_checkpoint_from_worker_0() -> None:
+    from kubegan_operator.progress import ProgressUpdate
+
+    w = running_world()
+    update = ProgressUpdate(epoch=7, last_epoch_seconds=115.04, checkpoint=(7, 0, 1.8e9))
+    w.now += timedelta(seconds=1)
+    d = reconcile(
+        w.job,
+        list(w.pods.values()),
+        w.nodes,
+        w.now,
+        lambda: PLAN,
+        have_service=True,
+        have_config_map=True,
+        progress=update,
+    )
+    assert d.status is not None
+    assert d.status["progress"] == {"epoch": 7, "epochs": 60, "lastEpochSeconds": 115.04}
+    assert d.status["lastCheckpoint"] == {"epoch": 7, "step": 0, "time": "2027-01-15T08:00:00Z"}

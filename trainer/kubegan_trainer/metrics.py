@@ -27,6 +27,10 @@ METRIC_NAMES = (
     "kubegan_discriminator_loss",
     "kubegan_epoch_cost_dollars",
     "kubegan_checkpoint_duration_seconds",
+    # beyond DESIGN §6: the latest checkpoint's position, for status.lastCheckpoint
+    "kubegan_checkpoint_epoch",
+    "kubegan_checkpoint_step",
+    "kubegan_checkpoint_timestamp_seconds",
 )
 
 # Epochs range from seconds (digits on a laptop) to half an hour (3DGAN on 2 GPUs).
@@ -92,6 +96,24 @@ class TrainerMetrics:
             "Time to write one checkpoint.",
             _CHECKPOINT_BUCKETS,
         ).labels(**self._labels)
+
+        # Where the latest checkpoint resumes (epochs done, steps into the next): the operator
+        # copies these into the job's status.lastCheckpoint.
+        self.checkpoint_epoch = gauge(
+            "kubegan_checkpoint_epoch", "Epochs completed at the latest checkpoint."
+        ).labels(**self._labels)
+        self.checkpoint_step = gauge(
+            "kubegan_checkpoint_step", "Steps into the next epoch at the latest checkpoint."
+        ).labels(**self._labels)
+        self.checkpoint_time = gauge(
+            "kubegan_checkpoint_timestamp_seconds", "Unix time of the latest checkpoint."
+        ).labels(**self._labels)
+
+    def record_checkpoint(self, seconds: float, epoch: int, step: int) -> None:
+        self.checkpoint_duration.observe(seconds)
+        self.checkpoint_epoch.set(epoch)
+        self.checkpoint_step.set(step)
+        self.checkpoint_time.set_to_current_time()
 
     def serve(self, port: int) -> bool:
         """Start the HTTP endpoint; a busy port is a warning, never a training failure."""

@@ -60,9 +60,9 @@ class Reporter:
         self.metrics.step_duration.observe(seconds)
         self.progress.update(epoch=epoch0 + 1, step=step, steps=steps)
 
-    def checkpoint_written(self, seconds: float) -> None:
+    def checkpoint_written(self, seconds: float, pos: Position) -> None:
         if self.metrics is not None:
-            self.metrics.checkpoint_duration.observe(seconds)
+            self.metrics.record_checkpoint(seconds, pos.epoch, pos.step)
 
     def epoch_done(
         self,

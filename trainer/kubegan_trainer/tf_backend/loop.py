@@ -263,7 +263,7 @@ class TfGanTrainer:
                 "workers": self.info.num_workers,
             },
         )
-        self.report.checkpoint_written(time.perf_counter() - t0)
+        self.report.checkpoint_written(time.perf_counter() - t0, pos)
         self.schedule.mark()
         self.last_saved = pos
 

@@ -316,7 +316,7 @@ class GanTrainer:
             except BaseException:
                 self.store.abort(staging)
                 raise
-            self.report.checkpoint_written(time.perf_counter() - t0)
+            self.report.checkpoint_written(time.perf_counter() - t0, pos)
         self._barrier()
         self.schedule.mark()
         self.last_saved = pos
