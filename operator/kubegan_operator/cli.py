@@ -218,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8000, help="operator metrics port")
     p.add_argument("--health-port", type=int, default=8080, help="liveness endpoint port")
     p.add_argument("--prices", metavar="PRICES.yaml", help="price table file")
+    p.add_argument(
+        "--no-trainer-progress",
+        dest="trainer_progress",
+        action="store_false",
+        help="do not read epoch/checkpoint progress from worker 0's metrics port",
+    )
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=cmd_operator)
     return parser

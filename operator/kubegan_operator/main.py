@@ -42,7 +42,9 @@ def run_operator(args: argparse.Namespace) -> int:
     except Exception as err:  # no kubeconfig, no in-cluster config
         raise InputError([f"kubeconfig: {str(err).splitlines()[0]}"]) from None
     namespaces = args.namespace or []
-    controller.CONTROLLER = controller.Controller(kube, prices, namespaces)
+    controller.CONTROLLER = controller.Controller(
+        kube, prices, namespaces, read_progress=args.trainer_progress
+    )
     start_http_server(args.metrics_port, registry=metrics.REGISTRY)
     stop = threading.Event()
     threading.Thread(

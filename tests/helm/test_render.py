@@ -306,3 +306,9 @@ def test_dashboard_configmap() -> None:
     assert all(t["expr"] for p in dash["panels"] for t in p["targets"])
     ns = render("default", False, "--set", "monitoring.dashboard.namespace=monitoring")
     assert any(d["metadata"]["namespace"] == "monitoring" for d in by_kind(ns, "ConfigMap"))
+
+
+def test_trainer_progress_reading_can_be_turned_off() -> None:
+    assert "--no-trainer-progress" not in args_of(deployment_container(render("default")))
+    docs = render("default", False, "--set", "operator.readTrainerProgress=false")
+    assert "--no-trainer-progress" in args_of(deployment_container(docs))
