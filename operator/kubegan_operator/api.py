@@ -6,6 +6,7 @@ These models are the single source of the API: `kubegan validate` uses them dire
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,25 +40,30 @@ SINGULAR = "gantrainingjob"
 SHORT_NAMES = ["ganjob", "ganjobs"]
 
 MAX_WORKERS = 1000
+MAX_TPU_CHIPS = 4 * MAX_WORKERS  # multi-host slices have 4 chips per host
+PEER_PORTS = (2222, 8471, 29500)  # TensorFlow, TPU, PyTorch: see kubegan_trainer.cluster_env
 WORKER_SUFFIX = "-worker-"
 # The longest name for which `<name>-worker-<MAX_WORKERS-1>` is still a 63-character DNS label
 # (the pod's hostname).
 MAX_NAME_LENGTH = 63 - len(WORKER_SUFFIX) - len(str(MAX_WORKERS - 1))
 DNS_1035_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
-# Kubernetes resource quantities ("500m", "4", "16Gi"), as the apiserver accepts them.
+# Kubernetes resource quantities ("500m", "4", "16Gi", "1e3"): positive, with a bounded
+# exponent so that every accepted value is a finite number the planner can compare.
 QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+]?[0-9]{1,2}))?$"
 )
+QUANTITY_HINT = "a positive Kubernetes quantity such as 500m, 4 or 16Gi"
 
 
 def _quantity(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError("must be a Kubernetes quantity such as 500m, 4 or 16Gi")
+    # Floats are refused as the apiserver's int-or-string schema refuses them.
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"must be {QUANTITY_HINT} (an integer or a string)")
     text = str(value)
     if not re.fullmatch(QUANTITY_PATTERN, text):
-        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 500m, 4 or 16Gi")
+        raise ValueError(f"{text!r} is not {QUANTITY_HINT}")
     return text
 
 
@@ -72,6 +78,13 @@ Quantity = Annotated[
         }
     ),
 ]
+
+# Label keys (an optional DNS subdomain prefix and a name) and values, as Kubernetes has them.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 
 
 class SpotPolicy(StrEnum):
@@ -103,7 +116,7 @@ class TpuSpec(ApiModel):
         "(e.g. tpu-v5-lite-podslice).",
     )
     topology: str = Field(
-        pattern=r"^[1-9][0-9]*(x[1-9][0-9]*){1,2}$",
+        pattern=r"^[1-9][0-9]?(x[1-9][0-9]?){1,2}$",
         description="Slice topology, label cloud.google.com/gke-tpu-topology (e.g. 4x4).",
     )
 
@@ -128,17 +141,54 @@ class ResourcesSpec(ApiModel):
     memory: Quantity | None = Field(default=None, description="Memory request per worker.")
 
 
+TOLERATION_RULES: tuple[tuple[str, str], ...] = (
+    ("self.operator != 'Exists' || self.value == ''", "value must be empty with operator Exists"),
+    ("self.key != '' || self.operator == 'Exists'", "an empty key needs operator Exists"),
+    (
+        "!has(self.tolerationSeconds) || self.effect == 'NoExecute'",
+        "tolerationSeconds needs effect NoExecute",
+    ),
+)
+
+
 class Toleration(ApiModel):
-    key: str = Field(default="", max_length=316)
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [{"rule": r, "message": m} for r, m in TOLERATION_RULES]
+        }
+    }
+
+    key: str = Field(default="", max_length=253, pattern=r"^$|" + LABEL_KEY_PATTERN)
     operator: str = Field(default="Equal", pattern=r"^(Equal|Exists)$")
-    value: str = Field(default="", max_length=63)
+    value: str = Field(default="", max_length=63, pattern=LABEL_VALUE_PATTERN)
     effect: str = Field(default="", pattern=r"^(|NoSchedule|PreferNoSchedule|NoExecute)$")
     toleration_seconds: int | None = Field(default=None)
+
+    @model_validator(mode="after")
+    def _semantics(self) -> Toleration:
+        problems = [
+            m
+            for ok, m in (
+                (self.operator != "Exists" or self.value == "", TOLERATION_RULES[0][1]),
+                (self.key != "" or self.operator == "Exists", TOLERATION_RULES[1][1]),
+                (
+                    self.toleration_seconds is None or self.effect == "NoExecute",
+                    TOLERATION_RULES[2][1],
+                ),
+            )
+            if not ok
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class PlacementSpec(ApiModel):
     spot: SpotPolicy = Field(default=SpotPolicy.allowed)
-    node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra={"default": {}})
+    node_selector: dict[
+        Annotated[str, Field(max_length=253, pattern=LABEL_KEY_PATTERN)],
+        Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)],
+    ] = Field(default_factory=dict, max_length=64, json_schema_extra={"default": {}})
     tolerations: list[Toleration] = Field(default_factory=list, json_schema_extra={"default": []})
 
 
@@ -262,6 +312,26 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
         "entrypoint is only used by model custom",
         "self.model.name == 'custom' || self.model.entrypoint == ''",
         lambda s: s.model.name == ModelName.custom or s.model.entrypoint == "",
+    ),
+    CrossFieldRule(
+        ".monitoring.metricsPort",
+        "metricsPort must differ from the workers' peer ports 2222, 8471 and 29500",
+        "!(self.monitoring.metricsPort in [2222, 8471, 29500])",
+        lambda s: s.monitoring.metrics_port not in PEER_PORTS,
+    ),
+    CrossFieldRule(
+        ".resources.tpu.topology",
+        f"a slice of at most {MAX_TPU_CHIPS} chips",
+        "!has(self.resources.tpu) || (self.resources.tpu.topology.split('x').size() == 2 ? "
+        "int(self.resources.tpu.topology.split('x')[0]) * "
+        "int(self.resources.tpu.topology.split('x')[1]) : "
+        "int(self.resources.tpu.topology.split('x')[0]) * "
+        "int(self.resources.tpu.topology.split('x')[1]) * "
+        f"int(self.resources.tpu.topology.split('x')[2])) <= {MAX_TPU_CHIPS}",
+        lambda s: (
+            s.resources.tpu is None
+            or math.prod(int(x) for x in s.resources.tpu.topology.split("x")) <= MAX_TPU_CHIPS
+        ),
     ),
     CrossFieldRule(
         ".data.path",
@@ -403,4 +473,5 @@ class GANTrainingJobStatus(ApiModel):
     # Operator bookkeeping, kept in status so a restarted operator carries on exactly.
     plan: dict[str, Any] | None = None
     attempt_created_at: str | None = None
+    released_attempt: int | None = None  # the attempt whose scheduling gates were lifted
     cost_accrued_at: str | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import yaml
 
 from kubegan_operator import __version__
 from kubegan_operator.api import GANTrainingJob
-from kubegan_operator.loading import InputError, load_job, load_objects
+from kubegan_operator.loading import InputError, load_job, load_objects, read_text
 from kubegan_operator.planner import Plan, plan, static_plan
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.topology import build_inventory
@@ -48,11 +49,10 @@ _ManifestDumper.add_representer(
 def _prices(path: str | None) -> PriceTable:
     if path is None:
         return DEFAULT_PRICES
+    read_text(path)  # missing, a directory, unreadable, not UTF-8: one line each
     try:
         return PriceTable.from_file(path)
-    except FileNotFoundError:
-        raise InputError([f"{path}: no such file"]) from None
-    except (ValueError, yaml.YAMLError, AttributeError) as err:
+    except (ValueError, yaml.YAMLError, AttributeError, RecursionError) as err:
         raise InputError([f"{path}: {str(err).splitlines()[0]}"]) from None
 
 
@@ -109,7 +109,11 @@ def local_gpu_count() -> int:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
-    return sum(line.startswith("GPU ") for line in out.splitlines())
+    installed = sum(line.startswith("GPU ") for line in out.splitlines())
+    if "CUDA_VISIBLE_DEVICES" in os.environ:  # the user narrowed what this run may use
+        ids = [d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+        return 0 if ids[:1] == ["-1"] else min(len(ids), installed)
+    return installed
 
 
 def local_shape(job: GANTrainingJob, available_gpus: int) -> tuple[int, int, str]:
@@ -141,6 +145,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"kubegan run: {note}", file=sys.stderr)
     price = job.spec.cost.accelerator_hourly_price or 0.0
     output = Path(args.output) if args.output else Path("runs") / job.metadata.name
+    if output.exists() and not output.is_dir():
+        raise InputError([f"{output}: exists and is not a directory (--output)"])
     return run_local(
         job.trainer_config(),
         workers=workers,
@@ -239,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except OSError as err:  # e.g. an output directory that cannot be created
+        print(f"kubegan: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0
 

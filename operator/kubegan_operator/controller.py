@@ -7,6 +7,7 @@ the same actions no matter which event arrived first.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator import metrics
 from kubegan_operator.api import GROUP, PLURAL, VERSION, GANTrainingJobSpec, Phase
@@ -26,13 +28,41 @@ from kubegan_operator.progress import (
     fetch_progress,
     last_epoch_seconds,
 )
-from kubegan_operator.reconcile import reconcile
+from kubegan_operator.reconcile import failed_status, parse_time, reconcile
 from kubegan_operator.render import JOB_NAME_LABEL
 from kubegan_operator.topology import build_inventory
 
 log = logging.getLogger("kubegan.operator")
 RESYNC_SECONDS = 10.0
 PROGRESS_SECONDS = 15.0
+
+
+# A node must be NotReady this long before its workers count as disrupted: a heartbeat blip
+# must not restart a whole gang (whose old containers may still be writing checkpoints).
+NOT_READY_GRACE_SECONDS = 30.0
+
+
+def _usable(node: Mapping[str, Any], now: datetime) -> bool:
+    """Ready, or NotReady for less than the grace period."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            if cond.get("status") == "True":
+                return True
+            since = parse_time(cond.get("lastTransitionTime"))
+            return since is not None and (now - since).total_seconds() < NOT_READY_GRACE_SECONDS
+    return False
+
+
+def _owned_by(pod: Mapping[str, Any], uid: str | None) -> bool:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid for r in refs)
+
+
+def _api_message(err: ApiException) -> str:
+    try:
+        return str(json.loads(err.body).get("message", err.reason))[:500]
+    except (TypeError, ValueError, AttributeError):
+        return str(err.reason)
 
 
 def _node_key(node: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -73,29 +103,31 @@ class Controller:
                 self._reconcile(namespace, name)
             except Exception as err:
                 log.exception("reconciling %s/%s failed", namespace, name)
-                job = (
-                    self.kube.get_job(namespace, name)
-                    if not isinstance(err, ConnectionError)
-                    else None
-                )
-                if job is not None:
-                    self.kube.event(
-                        job,
-                        "Warning",
-                        "ReconcileError",
-                        f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
-                    )
+                self._report_error(namespace, name, err)
             finally:
                 metrics.RECONCILE.observe(time.monotonic() - started)
+
+    def _report_error(self, namespace: str, name: str, err: Exception) -> None:
+        """Best effort: the API may be what failed."""
+        try:
+            job = self.kube.get_job(namespace, name)
+            if job is not None:
+                first = (str(err).splitlines() or [""])[0][:300]
+                self.kube.event(job, "Warning", "ReconcileError", f"{type(err).__name__}: {first}")
+        except Exception:
+            log.warning("could not report the error on %s/%s", namespace, name)
 
     def _reconcile(self, namespace: str, name: str) -> None:
         job = self.kube.get_job(namespace, name)
         if job is None:
             metrics.forget_job(namespace, name)
             return
-        pods = self.kube.job_pods(namespace, name)
+        uid = job["metadata"].get("uid")
+        # Only pods this job owns: a stray pod carrying the label is not ours to delete.
+        pods = [p for p in self.kube.job_pods(namespace, name) if _owned_by(p, uid)]
         nodes = self.kube.nodes()
-        node_ready = {n["metadata"]["name"]: _node_key(n)[0] for n in nodes}
+        now = datetime.now(UTC)
+        node_ready = {n["metadata"]["name"]: _usable(n, now) for n in nodes}
 
         def make_plan():
             spec = GANTrainingJobSpec.model_validate(job["spec"])
@@ -106,18 +138,33 @@ class Controller:
             job,
             pods,
             node_ready,
-            datetime.now(UTC),
+            now,
             make_plan,
             have_service=self.kube.exists("Service", namespace, name),
             have_config_map=self.kube.exists("ConfigMap", namespace, f"{name}-config"),
+            progress=self._read_progress(job, pods),
         )
         old_status = job.get("status") or {}
         # Status first: a restart's counters and new attempt are recorded before any pod of
         # the old gang is deleted, so an operator dying in between neither loses nor repeats it.
         if d.status is not None:
             self.kube.patch_status(namespace, name, old_status, d.status)
-        for obj in d.create:
-            self.kube.create(obj)
+        try:
+            for obj in d.create:
+                self.kube.create(obj)
+        except ApiException as err:
+            if err.status not in (400, 422):
+                raise
+            # The apiserver refused what the spec asked for (a field the CRD schema cannot
+            # check): the job cannot run as written. Say so instead of retrying forever.
+            message = f"the apiserver refused a worker: {_api_message(err)}"
+            failed = failed_status(d.status or old_status, "InvalidSpec", message, now)
+            self.kube.patch_status(namespace, name, d.status or old_status, failed)
+            self.kube.event(job, "Warning", "InvalidSpec", message)
+            for p in self.kube.job_pods(namespace, name):
+                if _owned_by(p, uid):
+                    self.kube.delete_pod(namespace, p["metadata"]["name"], False)
+            return
         for pod_name in d.lift_gates:
             self.kube.lift_gates(namespace, pod_name)
         for pod_name, force in d.delete_pods:

@@ -49,6 +49,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
+def _cel_string(text: str) -> str:
+    """A CEL raw string literal (regex backslashes kept as they are)."""
+    if "'" in text:
+        raise ValueError(f"cannot quote {text!r} for CEL")
+    return f"r'{text}'"
+
+
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_resolve(n, defs) for n in node]
@@ -80,6 +87,22 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
         node["minimum"], node["exclusiveMinimum"] = node["exclusiveMinimum"], True
     if "exclusiveMaximum" in node and not isinstance(node["exclusiveMaximum"], bool):
         node["maximum"], node["exclusiveMaximum"] = node["exclusiveMaximum"], True
+    # Structural schemas have neither patternProperties nor propertyNames: map values get
+    # additionalProperties, and the key rules become CEL.
+    key_rules = []
+    for pattern, value_schema in (node.pop("patternProperties", None) or {}).items():
+        node["additionalProperties"] = value_schema
+        key_rules.append(f"k.matches({_cel_string(pattern)})")
+    names = node.pop("propertyNames", None) or {}
+    if "maxLength" in names:
+        key_rules.insert(0, f"k.size() <= {names['maxLength']}")
+    if key_rules:
+        node.setdefault("x-kubernetes-validations", []).append(
+            {
+                "rule": f"self.all(k, {' && '.join(key_rules)})",
+                "message": "keys must be Kubernetes label keys",
+            }
+        )
     if node.get("type") == "object" and "properties" not in node:
         extra = node.get("additionalProperties")
         if isinstance(extra, dict) and extra:

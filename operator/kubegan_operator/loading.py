@@ -58,6 +58,8 @@ def parse_yaml_documents(text: str, source: str) -> list[Any]:
         ) from None
     except yaml.YAMLError as err:
         raise InputError([f"{source}: invalid YAML: {str(err).splitlines()[0]}"]) from None
+    except RecursionError:
+        raise InputError([f"{source}: invalid YAML: nested too deeply"]) from None
     return [d for d in docs if d is not None]
 
 
@@ -75,7 +77,10 @@ def _loc_to_path(loc: tuple[int | str, ...]) -> str:
 
 
 def _describe(err: dict[str, Any]) -> list[str]:
-    path = _loc_to_path(tuple(err["loc"]))
+    loc = tuple(err["loc"])
+    if len(loc) >= 2 and loc[-1] == "[key]":  # a map key, not a value, is wrong
+        return [f"{_loc_to_path(loc[:-2])}: key {loc[-2]!r} is not a valid label key"]
+    path = _loc_to_path(loc)
     if err["type"] == "cross_field":
         return [f"{path}{field_path}: {message}" for field_path, message in err["ctx"]["rules"]]
     if err["type"] == "extra_forbidden":

@@ -72,6 +72,9 @@ def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerSt
     phase = status.get("phase", "Pending")
     if phase == "Succeeded":
         return state(Outcome.succeeded)
+    # Only the operator deletes pods of the current attempt (it bumps the attempt first).
+    if meta.get("deletionTimestamp"):
+        return state(Outcome.disruption, "deleted by someone other than the operator")
     if phase == "Failed":
         if status.get("reason") in DISRUPTION_REASONS:
             return state(
@@ -84,8 +87,6 @@ def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerSt
             Outcome.app_failure,
             f"exit code {code}" if code is not None else status.get("message") or "failed",
         )
-    if meta.get("deletionTimestamp"):
-        return state(Outcome.disruption, "deleted by someone other than the operator")
     if node and node not in node_ready:
         return state(Outcome.disruption, f"node {node} is gone")
     if node and not node_ready[node]:

@@ -6,12 +6,20 @@ values, and a job's `cost.acceleratorHourlyPrice` overrides both.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+
+def _price(value: object) -> float:
+    price = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(price) or price < 0:
+        raise ValueError(f"{value!r} is not a price in USD per hour (finite, >= 0)")
+    return price
 
 
 @dataclass(frozen=True)
@@ -37,10 +45,10 @@ class PriceTable:
         """The Helm values form: {source, asOf, accelerators: {name: {onDemand, spot}}}."""
         try:
             prices = {
-                str(name): Price(float(p["onDemand"]), float(p["spot"]))
+                str(name): Price(_price(p["onDemand"]), _price(p["spot"]))
                 for name, p in (data.get("accelerators") or {}).items()
             }
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ValueError(
                 f"price table: each accelerator needs onDemand and spot ({err})"
             ) from None

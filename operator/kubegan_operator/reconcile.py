@@ -154,6 +154,9 @@ def reconcile(
         ]
         if st.phase != Phase.suspended:
             d.events.append(("Normal", "Suspended", "runPolicy.suspend is true; workers deleted"))
+            # The deleted gang's exits (SIGTERM, 143) belong to a finished attempt.
+            if pods:
+                st.attempt += 1
         st.phase = Phase.suspended
         set_condition(st, "Suspended", True, "Suspended", "runPolicy.suspend is true", ts)
         _accrue(st, now, running=False)
@@ -278,6 +281,18 @@ def reconcile(
         # Pods we hold no plan for were not created by this operator: start clean.
         d.delete_pods += [(_name(p), _force(p, node_ready)) for p in current]
         return _finish(d, old, st)
+    if len(current) < plan.workers and st.released_attempt == st.attempt:
+        # A worker of a released gang vanished (force-deleted, garbage-collected with its
+        # node, or gone while the operator was down): its peers cannot go on without it.
+        have = {_name(p) for p in current}
+        missing = next(
+            f"{job.metadata.name}-worker-{i}"
+            for i in range(plan.workers)
+            if f"{job.metadata.name}-worker-{i}" not in have
+        )
+        gone = WorkerState(missing, -1, Outcome.disruption, "the pod vanished")
+        _restart_gang(st, d, job, [gone], pods, node_ready, ts, now)
+        return _finish(d, old, st)
     if len(current) < plan.workers:
         have = {_name(p) for p in current}
         for i in range(plan.workers):
@@ -288,6 +303,7 @@ def reconcile(
         return _finish(d, old, st)
     if any(is_gated(p) for p in current):
         d.lift_gates = [_name(p) for p in current if is_gated(p)]
+        st.released_attempt = st.attempt
 
     workers = sorted((classify(p, node_ready) for p in current), key=lambda w: w.index)
     failed = [w for w in workers if w.outcome in (Outcome.disruption, Outcome.app_failure)]
@@ -306,7 +322,11 @@ def reconcile(
         _restart_gang(st, d, job, failed, pods, node_ready, ts, now)
         return _finish(d, old, st)
 
-    if all(w.outcome == Outcome.running for w in workers):
+    # Workers other than 0 may finish first (rank 0 writes the last checkpoint and samples).
+    if all(
+        w.outcome == Outcome.running or (w.outcome == Outcome.succeeded and w.index)
+        for w in workers
+    ):
         if st.phase != Phase.running:
             created = parse_time(st.attempt_created_at)
             if created is not None:
@@ -482,6 +502,16 @@ def _finish(d: Decision, old: GANTrainingJobStatus, st: GANTrainingJobStatus) ->
 
 def _status_json(st: GANTrainingJobStatus) -> dict[str, Any]:
     return st.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def failed_status(
+    raw_status: Mapping[str, Any], reason: str, message: str, now: datetime
+) -> dict[str, Any]:
+    """The status of a job failed outside reconcile (e.g. the apiserver refused a worker)."""
+    st = GANTrainingJobStatus.model_validate(raw_status or {})
+    st.cost = st.cost or CostStatus()
+    _fail(st, Decision(), reason, message, now_iso(now), now)
+    return _status_json(st)
 
 
 def _invalid(raw: Mapping[str, Any], problems: str, now: datetime) -> Decision:

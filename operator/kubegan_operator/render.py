@@ -91,8 +91,9 @@ def _metadata(job: GANTrainingJob, name: str, uid: str | None, **labels: str) ->
     return meta
 
 
-def peer_port(job: GANTrainingJob, plan: Plan) -> int:
-    if plan.tpu_chips_per_worker:
+def peer_port(job: GANTrainingJob, plan: Plan | None = None) -> int:
+    # From the spec, not the plan: the Service is created before any plan exists.
+    if job.spec.resources.tpu is not None:
         return TPU_WORKER_PORT
     return TF_WORKER_PORT if job.spec.framework == Framework.tensorflow else TORCH_MASTER_PORT
 

@@ -55,20 +55,25 @@ _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
 
 def parse_quantity(value: Any) -> Decimal:
     """A Kubernetes quantity ("500m", "16Gi", 8) as a Decimal; ValueError if malformed."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, int | float):
-        return Decimal(str(value))
     m = _QUANTITY.match(str(value).strip())
     if not m or (m.group(3) or "") not in _SUFFIXES:
         raise ValueError(f"not a quantity: {value!r}")
     try:
         number = Decimal(m.group(1))
-    except InvalidOperation:
+        if m.group(2):
+            exponent = int(m.group(2)[1:])
+            if abs(exponent) > 30:  # no real node has 10^30 of anything
+                raise ValueError(f"not a quantity: {value!r} (exponent out of range)")
+            result = number * Decimal(10) ** exponent
+        else:
+            result = number * _SUFFIXES[m.group(3) or ""]
+    except (InvalidOperation, ArithmeticError):
         raise ValueError(f"not a quantity: {value!r}") from None
-    if m.group(2):
-        return number * Decimal(10) ** int(m.group(2)[1:])
-    return number * _SUFFIXES[m.group(3) or ""]
+    if not result.is_finite():
+        raise ValueError(f"not a quantity: {value!r}")
+    return result
 
 
 @dataclass(frozen=True)

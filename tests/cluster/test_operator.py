@@ -80,6 +80,21 @@ def test_invalid_job_is_refused_by_the_apiserver(cluster: Kubectl, namespace: st
     bad["spec"]["trainng"] = {}
     result = cluster.apply(bad, namespace=namespace, check=False)
     assert result.returncode != 0 and 'unknown field "spec.trainng"' in result.stderr
+    # rules pydantic checks in Python and the CRD checks with CEL, alike
+    for change, message in (
+        ({"placement": {"nodeSelector": {"bad key!": "x"}}}, "keys must be Kubernetes label keys"),
+        (
+            {"placement": {"tolerations": [{"key": "a", "operator": "Exists", "value": "x"}]}},
+            "value must be empty with operator Exists",
+        ),
+        ({"monitoring": {"metricsPort": 29500}}, "metricsPort must differ"),
+        ({"resources": {"cpu": "-1"}}, "spec.resources.cpu"),
+    ):
+        bad = gan3d_job()
+        for key, value in change.items():
+            bad["spec"][key] = {**bad["spec"].get(key, {}), **value}
+        result = cluster.apply(bad, namespace=namespace, check=False)
+        assert result.returncode != 0 and message in result.stderr, (change, result.stderr)
     bad = gan3d_job(name="x" * 60)
     result = cluster.apply(bad, namespace=namespace, check=False)
     assert result.returncode != 0 and "52 characters" in result.stderr

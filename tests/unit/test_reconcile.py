@@ -334,3 +334,47 @@ def test_progress_and_last_checkpoint_from_worker_0() -> None:
     assert d.status is not None
     assert d.status["progress"] == {"epoch": 7, "epochs": 60, "lastEpochSeconds": 115.04}
     assert d.status["lastCheckpoint"] == {"epoch": 7, "step": 0, "time": "2027-01-15T08:00:00Z"}
+
+
+def test_a_vanished_worker_of_a_released_gang_restarts_the_gang() -> None:
+    w = running_world()
+    del w.pods["g-worker-1"]  # force-deleted, or garbage-collected with its node
+    d = w.step()
+    assert not d.create  # never a lone replacement joining peers mid-training
+    assert (w.status["preemptions"], w.status["restarts"], w.status["attempt"]) == (1, 0, 1)
+    assert [n for n, _ in d.delete_pods] == ["g-worker-0"]
+    assert "g-worker-1: the pod vanished" in w.condition("Restarting")["message"]
+
+
+def test_suspend_then_resume_counts_no_failure() -> None:
+    w = running_world(backoffLimit=0)
+    w.job["spec"]["runPolicy"]["suspend"] = True
+    d = w.step()
+    deleted = [n for n, _ in d.delete_pods]
+    assert sorted(deleted) == ["g-worker-0", "g-worker-1"]
+    # The workers die slowly with SIGTERM's 143 while already resumed.
+    w.pods = {}
+    w.job["spec"]["runPolicy"]["suspend"] = False
+    w.step()
+    stale = World(job())  # a pod of the suspended attempt, ending with 143 while terminating
+    stale.step()
+    old = copy.deepcopy(next(iter(stale.pods.values())))
+    old["metadata"]["labels"]["kubegan.io/attempt"] = "0"
+    old["status"] = {
+        "phase": "Failed",
+        "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 143}}}],
+    }
+    old["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:09Z"
+    w.pods["old"] = old
+    w.step()
+    assert w.status["restarts"] == 0 and w.status["phase"] != "Failed"
+
+
+def test_other_workers_finishing_first_keeps_the_job_running() -> None:
+    w = running_world()
+    w.end(1, "Succeeded")
+    w.step()
+    assert w.status["phase"] == "Running"
+    w.end(0, "Succeeded")
+    w.step()
+    assert w.status["phase"] == "Succeeded"

@@ -24,6 +24,7 @@ class ApiModel(BaseModel):
         populate_by_name=True,
         extra="forbid",
         validate_default=True,
+        allow_inf_nan=False,
         use_enum_values=False,
     )
 
@@ -87,6 +88,8 @@ SOURCES_BY_MODEL: dict[ModelName, frozenset[DataSource]] = {
     ModelName.custom: frozenset(DataSource),
 }
 
+# A PersistentVolumeClaim name (DNS-1123 subdomain), or empty for none.
+CLAIM_NAME_PATTERN = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENTRYPOINT_PATTERN = r"^$|^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -115,6 +118,7 @@ class DataSpec(ApiModel):
     claim_name: str = Field(
         default="",
         max_length=253,
+        pattern=CLAIM_NAME_PATTERN,
         description="Optional PersistentVolumeClaim mounted read-only at /data.",
     )
 
@@ -151,6 +155,7 @@ class CheckpointSpec(ApiModel):
     claim_name: str = Field(
         default="",
         max_length=253,
+        pattern=CLAIM_NAME_PATTERN,
         description="PVC mounted at /checkpoints; empty means no resume across pods.",
     )
     interval_epochs: int = Field(default=1, ge=1)

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -94,10 +94,21 @@ def worker_environments(
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env["PYTHONUNBUFFERED"] = "1"
         env["TORCH_CPP_LOG_LEVEL"] = env.get("TORCH_CPP_LOG_LEVEL", "ERROR")
-        gpus = range(i * gpus_per_worker, (i + 1) * gpus_per_worker)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))  # "" = CPU-only worker
+        # Slices of the devices this process may use: a user's CUDA_VISIBLE_DEVICES is kept.
+        visible = visible_gpus(os.environ)
+        mine = visible[i * gpus_per_worker : (i + 1) * gpus_per_worker]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(mine)  # "" = CPU-only worker
         envs.append(env)
     return envs
+
+
+def visible_gpus(environ: Mapping[str, str], count: int | None = None) -> list[str]:
+    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else 0..count-1
+    (count defaults to a generous 64: the caller slices only what the plan asks for)."""
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        ids = [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+        return [] if ids[:1] == ["-1"] else ids
+    return [str(i) for i in range(64 if count is None else count)]
 
 
 class _Console:
