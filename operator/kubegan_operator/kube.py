@@ -48,9 +48,13 @@ class Kube:
         return [self._plain(p) for p in pods.items]
 
     def all_pods(self) -> list[dict[str, Any]]:
-        # Only pods bound to a node hold resources the planner must subtract.
-        pods = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
-        return [self._plain(p) for p in pods.items]
+        """Pods holding node resources: every bound pod, plus kubegan workers not yet bound
+        (they hold their planned node, see topology.build_inventory)."""
+        bound = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
+        waiting = self.core.list_pod_for_all_namespaces(
+            field_selector="spec.nodeName=", label_selector=JOB_NAME_LABEL
+        )
+        return [self._plain(p) for p in [*bound.items, *waiting.items]]
 
     def nodes(self) -> list[dict[str, Any]]:
         return [self._plain(n) for n in self.core.list_node().items]

@@ -27,6 +27,7 @@ from kubegan_operator.planner import Plan, job_tolerations
 from kubegan_operator.topology import (
     GPU_RESOURCE,
     HOSTNAME_LABEL,
+    PLANNED_NODE_ANNOTATION,
     SPOT_LABELS,
     TPU_ACCELERATOR_LABEL,
     TPU_RESOURCE,
@@ -303,6 +304,8 @@ def render_pod(
         job, pod_name, uid, **{WORKER_INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
     )
     meta["annotations"] = {
+        # Where the planner put this worker: other jobs' plans count it there until it binds.
+        PLANNED_NODE_ANNOTATION: plan.nodes[index] if index < len(plan.nodes) else "",
         "kubegan.io/planned-nodes": ",".join(plan.nodes),
         "kubegan.io/strategy": plan.strategy,
     }

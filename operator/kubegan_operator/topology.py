@@ -24,6 +24,7 @@ POOL_LABELS = ("cloud.google.com/gke-nodepool", "kubernetes.azure.com/agentpool"
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+PLANNED_NODE_ANNOTATION = "kubegan.io/planned-node"  # set on worker pods by render
 
 # label -> value that marks a spot/preemptible node
 SPOT_LABELS: dict[str, str] = {
@@ -162,12 +163,16 @@ def build_inventory(
     exclude_job: tuple[str, str] | None = None,
 ) -> Inventory:
     """Nodes with what is free on them. `exclude_job=(namespace, name)` leaves that job's own
-    pods out of the used resources, for re-planning a running job."""
+    pods out of the used resources, for re-planning a running job. Workers of other kubegan
+    jobs that are not bound yet count on the node their plan chose, so two jobs planned at
+    the same time do not both count on the same GPUs."""
     used: dict[str, dict[str, Decimal]] = {}
     problems: list[str] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
-        node_name = (pod.get("spec") or {}).get("nodeName")
+        node_name = (pod.get("spec") or {}).get("nodeName") or (meta.get("annotations") or {}).get(
+            PLANNED_NODE_ANNOTATION
+        )
         if not node_name or not pod_is_active(pod):
             continue
         if exclude_job is not None:

@@ -450,3 +450,17 @@ def test_a_bad_object_does_not_stop_the_operator(
     # ... and every other job is still served
     run_gan3d(cluster, namespace, spec__resources__gpus=16)
     assert operator.healthy()
+
+
+def test_two_jobs_planned_at_once_share_the_pool(
+    operator: Operator, cluster: Kubectl, namespace: str, nodes: Callable[[str], list[str]]
+) -> None:
+    nodes(V100)
+    # Applied together: the second is planned while the first's workers are still gated.
+    cluster.apply(gan3d_job(name="first", spec__resources__gpus=16), namespace=namespace)
+    cluster.apply(gan3d_job(name="second", spec__resources__gpus=16), namespace=namespace)
+    for name in ("first", "second"):
+        wait_phase(cluster, namespace, name, "Running", timeout=90)
+    first = {p["spec"]["nodeName"] for p in workers(cluster, namespace, "first")}
+    second = {p["spec"]["nodeName"] for p in workers(cluster, namespace, "second")}
+    assert len(first) == len(second) == 2 and not first & second

@@ -428,3 +428,14 @@ def test_cli_plan_bad_nodes_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
         == 2
     )
     assert capsys.readouterr().err.strip() == "node n0: not a quantity: 'eight'"
+
+
+def test_unbound_workers_of_other_jobs_hold_their_planned_nodes() -> None:
+    nodes = v100_pool(4)
+    gated = pod("other-worker-0", "", 8, phase="Pending", labels={"kubegan.io/job-name": "other"})
+    gated["spec"].pop("nodeName")
+    gated["metadata"]["annotations"] = {"kubegan.io/planned-node": "v100-0"}
+    p = plan(spec(gpus=32), build_inventory(nodes, [gated]))
+    assert not p.feasible  # v100-0's GPUs are promised to the other job
+    p = plan(spec(gpus=24), build_inventory(nodes, [gated]))
+    assert "v100-0" not in p.nodes

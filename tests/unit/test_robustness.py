@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from kubegan_operator.cli import main
 from kubegan_operator.topology import parse_quantity
 from kubegan_trainer.local_run import visible_gpus
+
 from tests.unit.nodes import node
 
 ROOT = Path(__file__).resolve().parents[2]

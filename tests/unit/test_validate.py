@@ -151,8 +151,8 @@ BAD_INPUTS: list[tuple[str, str | bytes, list[str]]] = [
         "bad quantity",
         with_changes(spec__resources={"workers": 1, "gpusPerWorker": 0, "memory": "lots"}),
         [
-            "spec.resources.memory: 'lots' is not a positive Kubernetes quantity such as 500m, 4 or "
-            "16Gi"
+            "spec.resources.memory: 'lots' is not a positive Kubernetes quantity "
+            "such as 500m, 4 or 16Gi"
         ],
     ),
     (
@@ -193,8 +193,8 @@ BAD_INPUTS: list[tuple[str, str | bytes, list[str]]] = [
         "huge exponent",
         with_changes(spec__resources={"workers": 1, "gpusPerWorker": 0, "memory": "1e9999999"}),
         [
-            "spec.resources.memory: '1e9999999' is not a positive Kubernetes quantity such as 500m, "
-            "4 or 16Gi"
+            "spec.resources.memory: '1e9999999' is not a positive Kubernetes quantity "
+            "such as 500m, 4 or 16Gi"
         ],
     ),
     (
