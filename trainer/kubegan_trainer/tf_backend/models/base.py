@@ -17,7 +17,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.model_options import option  # noqa: F401 - re-exported
 
 Batch = dict[str, tf.Tensor]
 
@@ -45,16 +45,6 @@ class RngDropout(keras.layers.Layer):
             return x
         keep = self._rng.gen.uniform(tf.shape(x)) >= self.rate
         return tf.where(keep, x / tf.cast(1.0 - self.rate, x.dtype), tf.zeros_like(x))
-
-
-def option(options: dict[str, Any], name: str, default: Any, kind: type = int) -> Any:
-    """A model option with a type check whose message names the field's dotted path."""
-    value = options.get(name, default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-        raise TrainerError(f"spec.model.options.{name}: expected {kind.__name__}, got {value!r}")
-    return value
 
 
 def bce_logits(logits: tf.Tensor, target: float | tf.Tensor) -> tf.Tensor:

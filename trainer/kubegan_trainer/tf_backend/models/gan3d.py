@@ -27,6 +27,7 @@ import tensorflow as tf
 from keras import layers
 
 from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.model_options import gan3d_latent_and_weights
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
     RngDropout,
@@ -204,18 +205,7 @@ class Gan3dTask(TfGanTask):
 
 
 def build_gan3d(options: dict[str, Any]) -> Gan3dTask:
-    latent = option(options, "latentDim", 256)
-    if latent < 3:
-        raise TrainerError(f"spec.model.options.latentDim: must be >= 3, got {latent}")
-    weights = options.get("lossWeights", [3.0, 0.1, 25.0, 0.1])
-    if not (
-        isinstance(weights, list)
-        and len(weights) == 4
-        and all(isinstance(w, int | float) for w in weights)
-    ):
-        raise TrainerError(
-            "spec.model.options.lossWeights: expected 4 numbers [bce, energy, angle, ecal]"
-        )
+    latent, weights = gan3d_latent_and_weights(options)
     size = option(options, "size", "full", str)
     if size not in ("full", "tiny"):
         raise TrainerError(f"spec.model.options.size: must be full or tiny, got {size!r}")

@@ -8,10 +8,11 @@ autocast (logits are cast), the usual rule for numerically sensitive reductions.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from kubegan_trainer.model_options import option  # noqa: F401 - re-exported
 
 Batch = dict[str, Tensor]
 
@@ -41,18 +42,6 @@ def dcgan_init(module: nn.Module) -> None:
         elif isinstance(m, nn.BatchNorm2d | nn.BatchNorm3d):
             nn.init.normal_(m.weight, 1.0, 0.02)
             nn.init.zeros_(m.bias)
-
-
-def option(options: dict[str, Any], name: str, default: Any, kind: type = int) -> Any:
-    """A model option with a type check whose message names the field's dotted path."""
-    from kubegan_trainer.errors import TrainerError
-
-    value = options.get(name, default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-        raise TrainerError(f"spec.model.options.{name}: expected {kind.__name__}, got {value!r}")
-    return value
 
 
 class GanTask(ABC):

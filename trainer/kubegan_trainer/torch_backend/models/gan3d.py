@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.model_options import gan3d_latent_and_weights
 from kubegan_trainer.torch_backend.models.base import Batch, GanTask, option, randn
 
 SHAPE = (51, 51, 25)
@@ -189,18 +189,7 @@ class Gan3dTask(GanTask):
 
 
 def build_gan3d(options: dict[str, Any]) -> Gan3dTask:
-    latent = option(options, "latentDim", 256)
-    if latent < 3:
-        raise TrainerError(f"spec.model.options.latentDim: must be >= 3, got {latent}")
-    weights = options.get("lossWeights", [3.0, 0.1, 25.0, 0.1])
-    if not (
-        isinstance(weights, list)
-        and len(weights) == 4
-        and all(isinstance(w, int | float) for w in weights)
-    ):
-        raise TrainerError(
-            "spec.model.options.lossWeights: expected 4 numbers [bce, energy, angle, ecal]"
-        )
+    latent, weights = gan3d_latent_and_weights(options)
     flip = option(options, "labelFlip", 0.05, float)
     return Gan3dTask(
         Gan3dGenerator(latent),
