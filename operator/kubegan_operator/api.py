@@ -474,4 +474,5 @@ class GANTrainingJobStatus(ApiModel):
     plan: dict[str, Any] | None = None
     attempt_created_at: str | None = None
     released_attempt: int | None = None  # the attempt whose scheduling gates were lifted
+    released_at: str | None = None
     cost_accrued_at: str | None = None

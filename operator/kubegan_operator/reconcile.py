@@ -40,6 +40,9 @@ TERMINAL = (Phase.succeeded, Phase.failed)
 # Cost in status is brought up to date at least this often while running; more often would
 # make every reconcile write status and wake itself up again.
 COST_ACCRUAL_SECONDS = 30.0
+# A released gang whose workers the scheduler still cannot bind after this long is planned
+# again (its plan went stale: other pods took the capacity meanwhile).
+REPLAN_AFTER_SECONDS = 120.0
 
 
 @dataclass
@@ -304,6 +307,7 @@ def reconcile(
     if any(is_gated(p) for p in current):
         d.lift_gates = [_name(p) for p in current if is_gated(p)]
         st.released_attempt = st.attempt
+        st.released_at = ts
 
     workers = sorted((classify(p, node_ready) for p in current), key=lambda w: w.index)
     failed = [w for w in workers if w.outcome in (Outcome.disruption, Outcome.app_failure)]
@@ -346,6 +350,24 @@ def reconcile(
         set_condition(st, "Unschedulable", False, "Scheduled", "all workers bound", ts)
     else:
         waiting = [w for w in workers if w.outcome == Outcome.pending and w.detail]
+        released = parse_time(st.released_at)
+        if waiting and released and (now - released).total_seconds() > REPLAN_AFTER_SECONDS:
+            # Part of the gang could not be bound for minutes (capacity went elsewhere since
+            # the plan): start the gang again from a fresh plan. Nobody failed: count nothing.
+            why = f"{waiting[0].name}: {waiting[0].detail}"
+            st.attempt += 1
+            st.phase = Phase.pending
+            set_condition(st, "Unschedulable", True, "Replanning", why, ts)
+            d.events.append(
+                (
+                    "Warning",
+                    "Replanning",
+                    f"gang not schedulable for {REPLAN_AFTER_SECONDS:.0f}s, planning again ({why})",
+                )
+            )
+            d.delete_pods += [(_name(p), _force(p, node_ready)) for p in current]
+            _accrue(st, now, running=False)
+            return _finish(d, old, st)
         if waiting:
             set_condition(
                 st,

@@ -378,3 +378,30 @@ def test_other_workers_finishing_first_keeps_the_job_running() -> None:
     w.end(0, "Succeeded")
     w.step()
     assert w.status["phase"] == "Succeeded"
+
+
+def test_a_gang_the_scheduler_cannot_bind_is_planned_again() -> None:
+    w = World(job())
+    w.step()
+    w.step()  # gates lifted
+    for pod in w.pods.values():  # the scheduler cannot place them (capacity went elsewhere)
+        pod["status"] = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        }
+    w.step(60)
+    assert w.condition("Unschedulable")["reason"] == "SchedulerWaiting"
+    assert len(w.pods) == 2
+    d = w.step(61)
+    assert w.status["attempt"] == 1 and w.condition("Unschedulable")["reason"] == "Replanning"
+    assert sorted(n for n, _ in d.delete_pods) == ["g-worker-0", "g-worker-1"]
+    assert (w.status["restarts"], w.status["preemptions"]) == (0, 0)
+    d = w.step()  # old gang gone: planned afresh
+    assert len(d.create) == 2
