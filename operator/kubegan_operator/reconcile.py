@@ -462,47 +462,28 @@ def _restart_gang(
     _accrue(st, now, running=False)
     if disruptions:
         st.preemptions += 1
-        d.events.append(
-            (
-                "Warning",
-                "Preempted",
-                f"infrastructure disruption ({what}); "
-                f"restarting the gang from the latest checkpoint",
-            )
+        count, limit = st.preemptions, policy.max_preemptions
+        reason, counted, field = "MaxPreemptionsExceeded", "preemptions", "maxPreemptions"
+        event = (
+            "Preempted",
+            f"infrastructure disruption ({what}); restarting the gang from the latest checkpoint",
         )
-        if policy.max_preemptions is not None and st.preemptions > policy.max_preemptions:
-            _fail(
-                st,
-                d,
-                "MaxPreemptionsExceeded",
-                f"{st.preemptions} preemptions, runPolicy.maxPreemptions is "
-                f"{policy.max_preemptions}; last: {what}",
-                ts,
-                now,
-            )
-            d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
-            return
     else:
         st.restarts += 1
-        if st.restarts > policy.backoff_limit:
-            _fail(
-                st,
-                d,
-                "BackoffLimitExceeded",
-                f"{st.restarts} application failures, runPolicy.backoffLimit is "
-                f"{policy.backoff_limit}; last: {what}",
-                ts,
-                now,
-            )
-            d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
-            return
-        d.events.append(
-            (
-                "Warning",
-                "WorkerFailed",
-                f"application failure ({what}); restart {st.restarts} of {policy.backoff_limit}",
-            )
+        count, limit = st.restarts, policy.backoff_limit
+        reason, counted, field = "BackoffLimitExceeded", "application failures", "backoffLimit"
+        event = (
+            "WorkerFailed",
+            f"application failure ({what}); restart {st.restarts} of {policy.backoff_limit}",
         )
+    if limit is not None and count > limit:
+        message = f"{count} {counted}, runPolicy.{field} is {limit}; last: {what}"
+        if disruptions:  # the disruption itself is news even when it ends the job
+            d.events.append(("Warning", *event))
+        _fail(st, d, reason, message, ts, now)
+        d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
+        return
+    d.events.append(("Warning", *event))
     st.attempt += 1
     st.phase = Phase.restarting
     set_condition(st, "Running", False, "Restarting", what, ts)
