@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,7 +10,8 @@ from typing import Any
 
 import torch
 from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.local_run import worker_environments
+
+from tests.trainer.workers import launch_workers
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
@@ -76,40 +73,16 @@ def run_workers(
     timeout: float = 300,
 ) -> RunResult:
     """Start real `python -m kubegan_trainer` workers with the §4 environment; wait."""
-    output.mkdir(parents=True, exist_ok=True)
-    cfg_path = output / "config.json"
-    cfg_path.write_text(json.dumps(cfg.to_api()))
-    envs = worker_environments(
+    codes, logs = launch_workers(
         cfg,
+        output,
         workers=workers,
-        gpus_per_worker=0,
-        output_dir=output,
-        cost_rate_per_hour=3.6,
-        namespace="test",
-        config_path=cfg_path,
+        env={**(extra_env or {}), "OMP_NUM_THREADS": "1"},
+        python_path=REPO,
+        timeout=timeout,
+        command=command,
     )
-    procs = []
-    for env in envs:
-        env = {
-            **env,
-            **(extra_env or {}),
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-        }
-        procs.append(
-            subprocess.Popen(
-                command or [sys.executable, "-m", "kubegan_trainer"],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=timeout)
-        logs.append(out)
-    return RunResult([p.returncode for p in procs], logs, output)
+    return RunResult(codes, logs, output)
 
 
 @contextmanager

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +10,8 @@ from typing import Any
 import numpy as np
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.local_run import worker_environments
+
+from tests.trainer.workers import launch_workers
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -99,22 +97,11 @@ def run_workers(
 ) -> RunResult:
     """Real `python -m kubegan_trainer` workers with the §4 environment (TF_CONFIG from
     build_worker_env, as the operator renders it); each has one CPU replica."""
-    output.mkdir(parents=True, exist_ok=True)
-    cfg_path = output / "config.json"
-    cfg_path.write_text(json.dumps(cfg.to_api()))
-    envs = worker_environments(
+    codes, logs = launch_workers(
         cfg,
+        output,
         workers=workers,
-        gpus_per_worker=0,
-        output_dir=output,
-        cost_rate_per_hour=3.6,
-        namespace="test",
-        config_path=cfg_path,
-    )
-    procs = []
-    for env in envs:
-        env = {
-            **env,
+        env={
             "KUBEGAN_TF_LOGICAL_CPUS": "",
             "TF_CPP_MIN_LOG_LEVEL": "2",
             "KUBEGAN_TF_BATCH_TRACE": str(output / "trace"),
@@ -123,24 +110,8 @@ def run_workers(
             "TF_NUM_INTEROP_THREADS": "1",
             "TF_NUM_INTRAOP_THREADS": "1",
             **(extra_env or {}),
-            "PYTHONPATH": os.pathsep.join([str(REPO / "trainer"), env.get("PYTHONPATH", "")]),
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "kubegan_trainer"],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=timeout)
-            logs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return RunResult([p.returncode for p in procs], logs, output)
+        },
+        python_path=REPO / "trainer",
+        timeout=timeout,
+    )
+    return RunResult(codes, logs, output)
