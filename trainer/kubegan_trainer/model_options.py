@@ -3,6 +3,7 @@ that name the option's dotted path."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kubegan_trainer.errors import TrainerError
@@ -36,3 +37,29 @@ def gan3d_latent_and_weights(options: dict[str, Any]) -> tuple[int, list[float]]
             "spec.model.options.lossWeights: expected 4 numbers [bce, energy, angle, ecal]"
         )
     return latent, [float(w) for w in weights]
+
+
+def image_options(options: dict[str, Any]) -> dict[str, int]:
+    """dcgan/acgan sizes: latent vector and the generator's/discriminator's base widths."""
+    out = {
+        "latent_dim": option(options, "latentDim", 100),
+        "ngf": option(options, "ngf", 64),
+        "ndf": option(options, "ndf", 64),
+    }
+    for key, value in out.items():
+        if value < 1:
+            raise TrainerError(f"spec.model.options.{key}: must be >= 1, got {value}")
+    return out
+
+
+def conv_levels(image_size: int) -> int:
+    """Number of stride-2 stages between 4x4 and image_size."""
+    return int(math.log2(image_size)) - 2
+
+
+def require_labels(num_classes: int) -> None:
+    if num_classes < 2:
+        raise TrainerError(
+            "spec.model.name: acgan needs labelled data (digits, synthetic, or an image "
+            "folder with one sub-folder per class)"
+        )

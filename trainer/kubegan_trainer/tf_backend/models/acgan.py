@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.model_options import image_options, require_labels
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
     RngRef,
@@ -18,7 +18,7 @@ from kubegan_trainer.tf_backend.models.base import (
     ce_logits,
     normal_init,
 )
-from kubegan_trainer.tf_backend.models.dcgan import generator_body, image_options, trunk
+from kubegan_trainer.tf_backend.models.dcgan import generator_body, trunk
 
 
 class AcganTask(TfGanTask):
@@ -59,11 +59,7 @@ class AcganTask(TfGanTask):
 def build_acgan(
     options: dict[str, Any], channels: int, image_size: int, num_classes: int
 ) -> AcganTask:
-    if num_classes < 2:
-        raise TrainerError(
-            "spec.model.name: acgan needs labelled data (digits, synthetic, or an image "
-            "folder with one sub-folder per class)"
-        )
+    require_labels(num_classes)
     o = image_options(options)
     z = keras.Input((o["latent_dim"],))
     label = keras.Input((), dtype="int64")

@@ -2,44 +2,26 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
 import tensorflow as tf
 from keras import layers
 
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.model_options import conv_levels, image_options
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
     RngRef,
     TfGanTask,
     bce_logits,
     normal_init,
-    option,
 )
-
-
-def _levels(image_size: int) -> int:
-    return int(math.log2(image_size)) - 2
-
-
-def image_options(options: dict[str, Any]) -> dict[str, int]:
-    out = {
-        "latent_dim": option(options, "latentDim", 100),
-        "ngf": option(options, "ngf", 64),
-        "ndf": option(options, "ndf", 64),
-    }
-    for key, value in out.items():
-        if value < 1:
-            raise TrainerError(f"spec.model.options.{key}: must be >= 1, got {value}")
-    return out
 
 
 def generator_body(
     latent: keras.KerasTensor, channels: int, image_size: int, ngf: int
 ) -> keras.KerasTensor:
-    n = _levels(image_size)
+    n = conv_levels(image_size)
     width = ngf * 2 ** (n - 1)
     x = layers.Dense(4 * 4 * width, use_bias=False, kernel_initializer=normal_init())(latent)
     x = layers.Reshape((4, 4, width))(x)
@@ -65,7 +47,7 @@ def trunk(image: keras.KerasTensor, image_size: int, ndf: int) -> keras.KerasTen
     )
     x = layers.LeakyReLU(0.2)(x)
     width = ndf
-    for _ in range(_levels(image_size) - 1):
+    for _ in range(conv_levels(image_size) - 1):
         width *= 2
         x = layers.Conv2D(
             width, 4, 2, padding="same", use_bias=False, kernel_initializer=normal_init()

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.model_options import image_options, require_labels
 from kubegan_trainer.torch_backend.models.base import (
     Batch,
     GanTask,
@@ -17,7 +17,7 @@ from kubegan_trainer.torch_backend.models.base import (
     randint,
     randn,
 )
-from kubegan_trainer.torch_backend.models.dcgan import DcganGenerator, DcganTrunk, image_options
+from kubegan_trainer.torch_backend.models.dcgan import DcganGenerator, DcganTrunk
 
 
 class AcganGenerator(nn.Module):
@@ -88,12 +88,8 @@ class AcganTask(GanTask):
 def build_acgan(
     options: dict[str, Any], channels: int, image_size: int, num_classes: int
 ) -> AcganTask:
-    if num_classes < 2:
-        raise TrainerError(
-            "spec.model.name: acgan needs labelled data (digits, synthetic, or an image "
-            "folder with one sub-folder per class)"
-        )
-    o = image_options(options, channels, image_size)
+    require_labels(num_classes)
+    o = image_options(options)
     g = AcganGenerator(num_classes, o["latent_dim"], channels, image_size, o["ngf"])
     d = AcganDiscriminator(num_classes, channels, image_size, o["ndf"])
     dcgan_init(g)

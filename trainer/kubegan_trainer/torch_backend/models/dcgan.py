@@ -2,33 +2,26 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.model_options import conv_levels, image_options
 from kubegan_trainer.torch_backend.models.base import (
     Batch,
     GanTask,
     bce_logits,
     dcgan_init,
-    option,
     randn,
 )
-
-
-def _levels(image_size: int) -> int:
-    """Number of stride-2 stages between 4x4 and image_size."""
-    return int(math.log2(image_size)) - 2
 
 
 class DcganGenerator(nn.Module):
     def __init__(self, latent_dim: int, channels: int, image_size: int, ngf: int) -> None:
         super().__init__()
         self.latent_dim = latent_dim
-        n = _levels(image_size)
+        n = conv_levels(image_size)
         width = ngf * 2 ** (n - 1)
         layers: list[nn.Module] = [
             nn.ConvTranspose2d(latent_dim, width, 4, 1, 0, bias=False),
@@ -59,7 +52,7 @@ class DcganTrunk(nn.Module):
             nn.LeakyReLU(0.2, True),
         ]
         width = ndf
-        for _ in range(_levels(image_size) - 1):
+        for _ in range(conv_levels(image_size) - 1):
             layers += [
                 nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
                 nn.BatchNorm2d(width * 2),
@@ -81,20 +74,6 @@ class DcganDiscriminator(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.trunk(x)).view(-1)
-
-
-def image_options(options: dict[str, Any], channels: int, image_size: int) -> dict[str, int]:
-    """Shared dcgan/acgan options, checked."""
-    out = {
-        "latent_dim": option(options, "latentDim", 100),
-        "ngf": option(options, "ngf", 64),
-        "ndf": option(options, "ndf", 64),
-    }
-    for key, value in out.items():
-        if value < 1:
-            raise TrainerError(f"spec.model.options.{key}: must be >= 1, got {value}")
-    out.update(channels=channels, image_size=image_size)
-    return out
 
 
 class UnconditionalTask(GanTask):
@@ -122,7 +101,7 @@ class UnconditionalTask(GanTask):
 
 
 def build_dcgan(options: dict[str, Any], channels: int, image_size: int) -> UnconditionalTask:
-    o = image_options(options, channels, image_size)
+    o = image_options(options)
     g = DcganGenerator(o["latent_dim"], channels, image_size, o["ngf"])
     d = DcganDiscriminator(channels, image_size, o["ndf"])
     dcgan_init(g)
