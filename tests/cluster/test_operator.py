@@ -56,6 +56,16 @@ def wait_phase(k: Kubectl, ns: str, name: str, phase: str, timeout: float = 60) 
     )
 
 
+def wait_unschedulable(k: Kubectl, ns: str, name: str, timeout: float = 60) -> dict:
+    return wait_for(
+        f"{name} Unschedulable",
+        lambda: (
+            condition(s := job_status(k, ns, name), "Unschedulable").get("status") == "True" and s
+        ),
+        timeout=timeout,
+    )
+
+
 def run_gan3d(k: Kubectl, ns: str, **changes: Any) -> list[dict[str, Any]]:
     k.apply(gan3d_job(**changes), namespace=ns)
     wait_phase(k, ns, "gan3d-v100", "Running")
@@ -173,17 +183,7 @@ def test_node_loss_is_a_preemption(
         timeout=60,
     )
     assert time.monotonic() - started < 60
-    status = wait_for(
-        "Unschedulable",
-        lambda: (
-            condition(s := job_status(cluster, namespace, "gan3d-v100"), "Unschedulable").get(
-                "status"
-            )
-            == "True"
-            and s
-        ),
-        timeout=30,
-    )
+    status = wait_unschedulable(cluster, namespace, "gan3d-v100", timeout=30)
     assert status["phase"] in ("Restarting", "Pending")
     assert "32 GPUs" in condition(status, "Unschedulable")["message"]
     # a replacement node arrives: the job runs again, away from the lost node
@@ -274,17 +274,7 @@ def test_infeasible_job_waits_then_starts(
 ) -> None:
     job = load_example("acgan-gke-tpu-v5e.yaml", spec__checkpoint__claimName=None)
     cluster.apply(job, namespace=namespace)
-    status = wait_for(
-        "Unschedulable condition",
-        lambda: (
-            condition(s := job_status(cluster, namespace, "acgan-tpu"), "Unschedulable").get(
-                "status"
-            )
-            == "True"
-            and s
-        ),
-        timeout=60,
-    )
+    status = wait_unschedulable(cluster, namespace, "acgan-tpu")
     assert status["phase"] == "Pending"
     assert (
         "no free TPU slice tpu-v5-lite-podslice 4x4"
