@@ -17,14 +17,18 @@ VALUES = {
     "gke": [CHART / "values-gke.yaml"],
     "aks": [CHART / "values-aks.yaml"],
 }
-# Every optional object switched on, so each template is rendered and validated.
-EVERYTHING = [
+# The chart's monitoring objects (kube-prometheus-stack CRs) switched on.
+MONITORING_ON = [
     "--set",
     "monitoring.serviceMonitor.enabled=true",
     "--set",
     "monitoring.podMonitor.enabled=true",
     "--set",
     "monitoring.prometheusRule.enabled=true",
+]
+# Every optional object switched on, so each template is rendered and validated.
+EVERYTHING = [
+    *MONITORING_ON,
     "--set",
     "checkpointStorage.create=true",
     "--set",

@@ -15,19 +15,11 @@ import requests
 import yaml
 
 from tests.cluster.conftest import free_port, wait_for
-from tests.helm.chart import by_kind, one, template
+from tests.helm.chart import MONITORING_ON, by_kind, one, template
 
 # What Grafana substitutes before sending a panel's query (the job/namespace variables at
 # "All", whose allValue is ".*").
 GRAFANA_DEFAULTS = {"$namespace": ".*", "$ganjob": ".*", "$__rate_interval": "1m"}
-MONITORING_ON = [
-    "--set",
-    "monitoring.serviceMonitor.enabled=true",
-    "--set",
-    "monitoring.podMonitor.enabled=true",
-    "--set",
-    "monitoring.prometheusRule.enabled=true",
-]
 
 
 def tool(name: str) -> str:
