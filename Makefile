@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: install
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=15
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit -q

@@ -9,7 +9,8 @@ and the incidence angle measured from the shower's barycentre trajectory. Loss w
 Differences from the Keras original, on purpose: one D update on real + fake (the
 original makes two) and one G update per iteration (the original makes two), so this
 model uses the same loop as the others; BatchNorm momentum 0.01 is PyTorch's spelling of
-Keras' 0.99.
+Keras' 0.99. `size: tiny` is a small stand-in with the same inputs, outputs and heads
+(the TensorFlow backend's tiny model, layer for layer) for tests and CPU demos.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.model_options import gan3d_latent_and_weights
 from kubegan_trainer.torch_backend.models.base import Batch, GanTask, option, randn
 
@@ -62,6 +64,25 @@ class Gan3dGenerator(nn.Module):
         return self.body(x)
 
 
+class TinyGan3dGenerator(nn.Module):
+    """Dense -> (4, 13, 13, 7) -> x4 upsampling -> two small convs -> (1, 51, 51, 25)."""
+
+    def __init__(self, latent_dim: int = 256) -> None:
+        super().__init__()
+        self.dense = nn.Linear(latent_dim, 4 * 13 * 13 * 7)
+        conv1 = nn.Conv3d(4, 4, 3)  # (52, 52, 28) -> (50, 50, 26)
+        nn.init.kaiming_uniform_(conv1.weight)
+        conv2 = nn.Conv3d(4, 1, 2)  # padded (52, 52, 26) -> (51, 51, 25)
+        nn.init.xavier_normal_(conv2.weight)
+        self.body = nn.Sequential(
+            conv1, nn.ReLU(), _bn(4), nn.ConstantPad3d((0, 0, 1, 1, 1, 1), 0.0), conv2, nn.ReLU()
+        )
+
+    def forward(self, latent: Tensor) -> Tensor:
+        x = self.dense(latent).view(-1, 4, 13, 13, 7)
+        return self.body(F.interpolate(x, scale_factor=4, mode="nearest"))
+
+
 def measured_angle(raw: Tensor) -> Tensor:
     """Incidence angle (radians) from (N, 51, 51, 25) raw energies: per-layer barycentres
     relative to the shower's overall barycentre, slope of y against the (x, z) distance,
@@ -89,35 +110,60 @@ def measured_angle(raw: Tensor) -> Tensor:
     return (ang * w).sum(1) / w.sum(1).clamp_min(1e-12)
 
 
+def _full_features() -> nn.Sequential:
+    return nn.Sequential(
+        # Keras "same" for the even kernel: pad (x 2+2, y 2+3, z 2+3), then a valid conv.
+        nn.ConstantPad3d((2, 3, 2, 3, 2, 2), 0.0),
+        nn.Conv3d(1, 16, (5, 6, 6)),
+        nn.LeakyReLU(0.01),
+        nn.Dropout(0.2),
+        nn.ConstantPad3d((1, 1, 0, 0, 0, 0), 0.0),
+        nn.Conv3d(16, 8, (5, 6, 6)),
+        nn.LeakyReLU(0.01),
+        _bn(8),
+        nn.Dropout(0.2),
+        nn.ConstantPad3d((1, 1, 0, 0, 0, 0), 0.0),
+        nn.Conv3d(8, 8, (5, 6, 6)),
+        nn.LeakyReLU(0.01),
+        _bn(8),
+        nn.Dropout(0.2),
+        nn.Conv3d(8, 8, (5, 6, 6)),
+        nn.LeakyReLU(0.01),
+        _bn(8),
+        nn.Dropout(0.2),
+        nn.AvgPool3d(2),
+        nn.Flatten(),
+    )
+
+
+def _tiny_features() -> nn.Sequential:
+    # Keras "same" with strides (3, 3, 2) on (51, 51, 25): pad x, y 0+1 and z 1+2.
+    return nn.Sequential(
+        nn.ConstantPad3d((1, 2, 0, 1, 0, 1), 0.0),
+        nn.Conv3d(1, 8, 4, stride=(3, 3, 2)),  # (17, 17, 13)
+        nn.LeakyReLU(0.01),
+        nn.Dropout(0.2),
+        nn.ConstantPad3d((1, 1, 1, 1, 1, 1), 0.0),
+        nn.Conv3d(8, 8, 3, stride=2),  # (9, 9, 7)
+        nn.LeakyReLU(0.01),
+        _bn(8),
+        nn.Dropout(0.2),
+        nn.AvgPool3d(2),  # (4, 4, 3)
+        nn.Flatten(),
+    )
+
+
+TINY_DISC_FEATURES = 8 * 4 * 4 * 3
+
+
 class Gan3dDiscriminator(nn.Module):
-    def __init__(self, power: float = 0.85) -> None:
+    def __init__(self, power: float = 0.85, size: str = "full") -> None:
         super().__init__()
         self.power = power
-        self.features = nn.Sequential(
-            # Keras "same" for the even kernel: pad (x 2+2, y 2+3, z 2+3), then a valid conv.
-            nn.ConstantPad3d((2, 3, 2, 3, 2, 2), 0.0),
-            nn.Conv3d(1, 16, (5, 6, 6)),
-            nn.LeakyReLU(0.01),
-            nn.Dropout(0.2),
-            nn.ConstantPad3d((1, 1, 0, 0, 0, 0), 0.0),
-            nn.Conv3d(16, 8, (5, 6, 6)),
-            nn.LeakyReLU(0.01),
-            _bn(8),
-            nn.Dropout(0.2),
-            nn.ConstantPad3d((1, 1, 0, 0, 0, 0), 0.0),
-            nn.Conv3d(8, 8, (5, 6, 6)),
-            nn.LeakyReLU(0.01),
-            _bn(8),
-            nn.Dropout(0.2),
-            nn.Conv3d(8, 8, (5, 6, 6)),
-            nn.LeakyReLU(0.01),
-            _bn(8),
-            nn.Dropout(0.2),
-            nn.AvgPool3d(2),
-            nn.Flatten(),
-        )
-        self.real_fake = nn.Linear(DISC_FEATURES, 1)
-        self.energy = nn.Linear(DISC_FEATURES, 1)
+        self.features = _full_features() if size == "full" else _tiny_features()
+        width = DISC_FEATURES if size == "full" else TINY_DISC_FEATURES
+        self.real_fake = nn.Linear(width, 1)
+        self.energy = nn.Linear(width, 1)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         h = self.features(x)
@@ -191,9 +237,13 @@ class Gan3dTask(GanTask):
 def build_gan3d(options: dict[str, Any]) -> Gan3dTask:
     latent, weights = gan3d_latent_and_weights(options)
     flip = option(options, "labelFlip", 0.05, float)
+    size = option(options, "size", "full", str)
+    if size not in ("full", "tiny"):
+        raise TrainerError(f"spec.model.options.size: must be full or tiny, got {size!r}")
+    generator = Gan3dGenerator if size == "full" else TinyGan3dGenerator
     return Gan3dTask(
-        Gan3dGenerator(latent),
-        Gan3dDiscriminator(option(options, "power", 0.85, float)),
+        generator(latent),
+        Gan3dDiscriminator(option(options, "power", 0.85, float), size),
         latent,
         [float(w) for w in weights],
         flip,
