@@ -18,7 +18,7 @@ import yaml
 
 from kubegan_operator import __version__
 from kubegan_operator.api import GANTrainingJob
-from kubegan_operator.loading import InputError, load_job, load_objects, read_text
+from kubegan_operator.loading import InputError, load_job, load_objects, load_prices
 from kubegan_operator.planner import Plan, plan, static_plan
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.topology import build_inventory
@@ -49,11 +49,7 @@ _ManifestDumper.add_representer(
 def _prices(path: str | None) -> PriceTable:
     if path is None:
         return DEFAULT_PRICES
-    read_text(path)  # missing, a directory, unreadable, not UTF-8: one line each
-    try:
-        return PriceTable.from_file(path)
-    except (ValueError, yaml.YAMLError, AttributeError, RecursionError) as err:
-        raise InputError([f"{path}: {str(err).splitlines()[0]}"]) from None
+    return load_prices(path)  # type: ignore[no-any-return]
 
 
 def _plan_for(args: argparse.Namespace, job_path: str) -> tuple[Plan, object]:
@@ -84,7 +80,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     result, _ = _plan_for(args, args.job)
-    print(json.dumps(result.to_json(), indent=2))
+    # allow_nan=False: the output is always JSON (prices and counts are bounded on input).
+    print(json.dumps(result.to_json(), indent=2, allow_nan=False))
     return 0 if result.feasible else EXIT_INFEASIBLE
 
 
@@ -235,21 +232,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _os_error_line(command: str, err: OSError) -> str:
+    """One line naming what failed: the file(s) when the error names them; otherwise, for
+    every command but `run`, the only thing written without a name is stdout."""
+    reason = err.strerror or str(err) or type(err).__name__
+    if err.filename is not None:
+        target = str(err.filename)
+        if err.filename2 is not None:
+            target += f" -> {err.filename2}"
+    else:
+        target = "writing stdout" if command != "run" else ""
+    return f"kubegan {command}: {target}: {reason}" if target else f"kubegan {command}: {reason}"
+
+
+def _silence_stdout() -> None:
+    # What is still buffered would fail again at exit and print a traceback-like warning.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a full disk or closed pipe shows here, while we can still say so
+        return code
     except InputError as err:
         for line in err.problems:
             print(line, file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
-    except OSError as err:  # e.g. an output directory that cannot be created
-        print(f"kubegan: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except BrokenPipeError:
+    except BrokenPipeError:  # `kubegan crd | head`: the reader has what it wanted
+        _silence_stdout()
         return 0
+    except OSError as err:  # e.g. an output directory that cannot be created, a full disk
+        if err.filename is None and args.command != "run":
+            _silence_stdout()
+        print(_os_error_line(args.command, err), file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

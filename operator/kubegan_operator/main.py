@@ -11,8 +11,8 @@ from prometheus_client import start_http_server
 
 from kubegan_operator import controller, metrics
 from kubegan_operator.kube import Kube
-from kubegan_operator.loading import InputError
-from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.loading import InputError, load_prices
+from kubegan_operator.pricing import DEFAULT_PRICES
 
 log = logging.getLogger("kubegan.operator")
 
@@ -31,12 +31,9 @@ def run_operator(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    prices = DEFAULT_PRICES
-    if args.prices:
-        try:
-            prices = PriceTable.from_file(args.prices)
-        except (OSError, ValueError) as err:
-            raise InputError([f"{args.prices}: {err}"]) from None
+    # The same reader as `kubegan plan --prices`: InputError, one line per problem, before
+    # anything starts.
+    prices = load_prices(args.prices) if args.prices else DEFAULT_PRICES
     try:
         kube = Kube()
     except Exception as err:  # no kubeconfig, no in-cluster config

@@ -10,16 +10,41 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from kubegan_operator.api import MAX_HOURLY_PRICE
 
 
-def _price(value: object) -> float:
-    price = float(value)  # type: ignore[arg-type]
-    if not math.isfinite(price) or price < 0:
-        raise ValueError(f"{value!r} is not a price in USD per hour (finite, >= 0)")
-    return price
+class _PriceFileModel(BaseModel):
+    # Strict and closed: a misspelt key (`ondemand`, `accelerator`) is an error, never a
+    # table in which every accelerator silently costs $0.
+    model_config = ConfigDict(
+        alias_generator=to_camel, extra="forbid", strict=True, allow_inf_nan=True
+    )
+
+
+class _PriceEntry(_PriceFileModel):
+    on_demand: float
+    spot: float
+
+    @field_validator("on_demand", "spot")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value) or not 0 <= value <= MAX_HOURLY_PRICE:
+            raise ValueError(
+                f"{value!r} is not a price in USD per hour (finite, from 0 to "
+                f"{MAX_HOURLY_PRICE:,.0f})"
+            )
+        return value
+
+
+class _PriceFile(_PriceFileModel):
+    source: str = ""
+    as_of: str = ""
+    accelerators: dict[Annotated[str, Field(min_length=1, max_length=63)], _PriceEntry]
 
 
 @dataclass(frozen=True)
@@ -41,22 +66,24 @@ class PriceTable:
         return p.spot if spot else p.on_demand
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> PriceTable:
-        """The Helm values form: {source, asOf, accelerators: {name: {onDemand, spot}}}."""
-        try:
-            prices = {
-                str(name): Price(_price(p["onDemand"]), _price(p["spot"]))
-                for name, p in (data.get("accelerators") or {}).items()
-            }
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
+    def from_mapping(cls, data: Any) -> PriceTable:
+        """The Helm values form: {source, asOf, accelerators: {name: {onDemand, spot}}}.
+        pydantic's ValidationError (a ValueError) names each wrong field."""
+        if not isinstance(data, Mapping):
             raise ValueError(
-                f"price table: each accelerator needs onDemand and spot ({err})"
-            ) from None
-        return cls(prices, str(data.get("source", "")), str(data.get("asOf", "")))
+                "expected a price table {source, asOf, accelerators: {NAME: {onDemand, spot}}}"
+            )
+        table = _PriceFile.model_validate(data)
+        prices = {name: Price(p.on_demand, p.spot) for name, p in table.accelerators.items()}
+        return cls(prices, table.source, table.as_of)
 
     @classmethod
     def from_file(cls, path: str | Path) -> PriceTable:
-        return cls.from_mapping(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
+        """Read through the CLI's one input path (regular file, size, YAML limits);
+        InputError with one line per problem."""
+        from kubegan_operator.loading import load_prices
+
+        return load_prices(path)  # type: ignore[no-any-return]
 
 
 # GCP us-central1, third-party catalogue snapshot read in late 2024; per GPU or per TPU chip.
@@ -83,9 +110,12 @@ def cost_per_hour(
     override: float | None,
 ) -> float:
     """USD per hour for one worker per node; `nodes` holds (accelerator, spot) per worker.
-    Unknown accelerators count as free rather than guessing a price."""
+    Unknown accelerators count as free rather than guessing a price. Prices and device counts
+    are bounded where they are read, so this is a finite number (plan JSON stays JSON)."""
     total = 0.0
     for accelerator, spot in nodes:
         price = override if override is not None else table.price(accelerator, spot)
         total += accelerators_per_worker * (price or 0.0)
+    if not math.isfinite(total):
+        raise ValueError(f"cost per hour overflows ({total})")
     return round(total, 6)
