@@ -6,14 +6,17 @@ These models are the single source of the API: `kubegan validate` uses them dire
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
 
 from kubegan_trainer.config import (
+    INT64_MAX,
+    INT64_MIN,
     MODELS_BY_FRAMEWORK,
     SOURCES_BY_MODEL,
     ApiModel,
@@ -28,8 +31,10 @@ from kubegan_trainer.config import (
     TrainerConfig,
     TrainingSpec,
 )
-from pydantic import Field, PlainValidator, WithJsonSchema, model_validator
+from pydantic import Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 from pydantic_core import PydanticCustomError
+
+from kubegan_operator.topology import parse_quantity
 
 GROUP = "kubegan.io"
 VERSION = "v1alpha1"
@@ -63,7 +68,9 @@ def _quantity(value: object) -> str:
         raise ValueError(f"must be {QUANTITY_HINT} (an integer or a string)")
     text = str(value)
     if not re.fullmatch(QUANTITY_PATTERN, text):
-        raise ValueError(f"{text!r} is not {QUANTITY_HINT}")
+        raise ValueError(f"{text[:80]!r} is not {QUANTITY_HINT}")
+    # The planner compares it with what nodes have: whatever passes here must parse there.
+    parse_quantity(text)
     return text
 
 
@@ -85,6 +92,39 @@ LABEL_KEY_PATTERN = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+_DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+MAX_ANNOTATIONS_BYTES = 256 * 1024  # the apiserver's limit on all annotations together
+
+# A container image reference (distribution/reference's grammar):
+# [host[:port]/]path[:tag][@digest].
+_HOST_PART = r"[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?"
+_IMAGE_HOST = rf"{_HOST_PART}(\.{_HOST_PART})*(:[0-9]+)?"
+_IMAGE_PATH = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+_IMAGE_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_IMAGE_DIGEST = r"[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_PATTERN = (
+    rf"^$|^({_IMAGE_HOST}/)?{_IMAGE_PATH}(/{_IMAGE_PATH})*(:{_IMAGE_TAG})?(@{_IMAGE_DIGEST})?$"
+)
+# A TPU slice shape: 2 or 3 dimensions, each 1, 2 or a multiple of 4 (GKE's v4/v5e/v5p/v6e
+# shapes), so that a slice is a whole number of hosts of 4 chips or a single host.
+_TPU_DIM = r"([124]|8|[2468][048]|[13579][26])"
+TPU_TOPOLOGY_PATTERN = rf"^{_TPU_DIM}(x{_TPU_DIM}){{1,2}}$"
+# USD per accelerator-hour; bounded so that a plan's cost is always a finite JSON number.
+MAX_HOURLY_PRICE = 1_000_000.0
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why `key` is not a Kubernetes label/annotation key ([prefix/]name), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and re.fullmatch(_DNS_1123_SUBDOMAIN, prefix)):
+        return "its prefix must be a DNS subdomain of at most 253 characters"
+    if not (len(name) <= 63 and re.fullmatch(_LABEL_NAME, name)):
+        return (
+            "its name must be at most 63 characters of letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
 
 
 class SpotPolicy(StrEnum):
@@ -112,12 +152,14 @@ class TpuSpec(ApiModel):
     accelerator: str = Field(
         min_length=1,
         max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
         description="GKE TPU type, label cloud.google.com/gke-tpu-accelerator "
         "(e.g. tpu-v5-lite-podslice).",
     )
     topology: str = Field(
-        pattern=r"^[1-9][0-9]?(x[1-9][0-9]?){1,2}$",
-        description="Slice topology, label cloud.google.com/gke-tpu-topology (e.g. 4x4).",
+        pattern=TPU_TOPOLOGY_PATTERN,
+        description="Slice topology, label cloud.google.com/gke-tpu-topology (e.g. 4x4): "
+        "2 or 3 dimensions, each 1, 2 or a multiple of 4.",
     )
 
 
@@ -134,6 +176,7 @@ class ResourcesSpec(ApiModel):
     accelerator: str = Field(
         default="",
         max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
         description="GPU type matched against node labels, e.g. nvidia-tesla-v100.",
     )
     tpu: TpuSpec | None = Field(default=None, description="A GKE TPU slice (tensorflow only).")
@@ -162,7 +205,9 @@ class Toleration(ApiModel):
     operator: str = Field(default="Equal", pattern=r"^(Equal|Exists)$")
     value: str = Field(default="", max_length=63, pattern=LABEL_VALUE_PATTERN)
     effect: str = Field(default="", pattern=r"^(|NoSchedule|PreferNoSchedule|NoExecute)$")
-    toleration_seconds: int | None = Field(default=None)
+    toleration_seconds: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = Field(
+        default=None
+    )
 
     @model_validator(mode="after")
     def _semantics(self) -> Toleration:
@@ -194,17 +239,17 @@ class PlacementSpec(ApiModel):
 
 class RunPolicySpec(ApiModel):
     backoff_limit: int = Field(default=3, ge=0, le=1000)
-    max_preemptions: Annotated[int, Field(ge=0)] | None = Field(
+    max_preemptions: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = Field(
         default=None, description="Infrastructure restarts tolerated; null = unlimited."
     )
-    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = None
-    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] | None = None
+    active_deadline_seconds: Annotated[int, Field(ge=1, le=INT64_MAX)] | None = None
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
     clean_pod_policy: CleanPodPolicy = Field(default=CleanPodPolicy.running)
     suspend: bool = False
 
 
 class CostSpec(ApiModel):
-    accelerator_hourly_price: Annotated[float, Field(ge=0)] | None = Field(
+    accelerator_hourly_price: Annotated[float, Field(ge=0, le=MAX_HOURLY_PRICE)] | None = Field(
         default=None, description="USD per accelerator-hour; overrides the price table."
     )
 
@@ -353,7 +398,9 @@ class GANTrainingJobSpec(ApiModel):
     strategy: Strategy = Field(
         default=Strategy.auto, description="auto | mirrored | multi-worker | tpu (tensorflow)."
     )
-    image: str = Field(default="", max_length=512, description="Trainer image override.")
+    image: str = Field(
+        default="", max_length=512, pattern=IMAGE_PATTERN, description="Trainer image override."
+    )
     model: ModelSpec
     data: DataSpec = Field(default_factory=DataSpec, json_schema_extra={"default": {}})
     training: TrainingSpec = Field(default_factory=TrainingSpec, json_schema_extra={"default": {}})
@@ -396,6 +443,37 @@ class ObjectMeta(ApiModel):
     namespace: str = Field(
         default="default", max_length=63, pattern=DNS_1035_PATTERN.replace("^[a-z]", "^[a-z0-9]")
     )
+    # Checked as the apiserver checks every object's metadata, so `validate` refuses them too.
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
+        for key, value in (labels or {}).items():
+            why = label_key_problem(key)
+            if why:
+                raise ValueError(f"key {key[:80]!r} is not a valid label key: {why}")
+            if not (len(value) <= 63 and re.fullmatch(LABEL_VALUE_PATTERN, value)):
+                raise ValueError(
+                    f"{key}: value {value[:80]!r} is not a valid label value (at most 63 "
+                    "letters, digits, '-', '_' and '.', starting and ending with a letter or "
+                    "digit)"
+                )
+        return labels
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, annotations: dict[str, str] | None) -> dict[str, str] | None:
+        total = 0
+        for key, value in (annotations or {}).items():
+            why = label_key_problem(key)
+            if why:
+                raise ValueError(f"key {key[:80]!r} is not a valid annotation key: {why}")
+            total += len(key.encode()) + len(value.encode())
+        if total > MAX_ANNOTATIONS_BYTES:
+            raise ValueError(f"{total} bytes in all; the apiserver takes at most 256 KiB")
+        return annotations
 
 
 class GANTrainingJob(ApiModel):
@@ -417,6 +495,24 @@ class GANTrainingJob(ApiModel):
             checkpoint=s.checkpoint,
             monitoring=s.monitoring,
         )
+
+
+def decode_job(obj: Mapping[str, Any], max_bytes: int | None = None) -> GANTrainingJob:
+    """A GANTrainingJob decoded as the apiserver decodes one: from JSON, with JSON's types and
+    no coercion (`workers: true` and `epochs: "5"` are refused, as the CRD's integer type
+    refuses them), camelCase field names only. `max_bytes` bounds the JSON form, which is what
+    kubectl sends and etcd stores. ValidationError for bad fields, ValueError if too large."""
+    text = json.dumps(obj, allow_nan=True, separators=(",", ":"), default=_not_json)
+    if max_bytes is not None and len(text.encode()) > max_bytes:
+        raise ValueError(
+            f"the job is {len(text.encode())} bytes as JSON; at most {max_bytes} are accepted"
+        )
+    return GANTrainingJob.model_validate_json(text, strict=True, by_alias=True, by_name=False)
+
+
+def _not_json(value: object) -> Any:
+    # Only reachable from Python callers: files are read as JSON data already.
+    raise ValueError(f"a {type(value).__name__} is not JSON data")
 
 
 # ---- status -------------------------------------------------------------------------------

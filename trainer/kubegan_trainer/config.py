@@ -8,12 +8,19 @@ Python attributes are snake_case.
 from __future__ import annotations
 
 import json
+import math
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+# The apiserver's integers are int64: a larger number in a job can never reach a cluster.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+# model.options is free-form JSON; bounded so that walking it never recurses too deeply.
+MAX_OPTIONS_DEPTH = 64
 
 
 class ApiModel(BaseModel):
@@ -106,6 +113,45 @@ class ModelSpec(ApiModel):
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "default": {}},
     )
 
+    @field_validator("options")
+    @classmethod
+    def _json_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        problem = json_data_problem(options, MAX_OPTIONS_DEPTH)
+        if problem:
+            raise ValueError(problem)
+        return options
+
+
+def json_data_problem(value: Any, max_depth: int) -> str | None:
+    """Why `value` is not data the apiserver could hold (string keys; null, booleans, int64
+    integers, finite numbers, strings, lists, mappings; at most `max_depth` deep), or None.
+    Iterative, so that a deep value cannot exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        # The path inside options, its end kept when long (deep nesting makes it long).
+        at = f" at {where if len(where) <= 80 else '...' + where[-77:]}" if where else ""
+        if depth > max_depth:
+            return f"nested deeper than {max_depth} levels{at}"
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                if not isinstance(key, str):
+                    return f"key {key!r}{at} is not a string"
+                stack.append((sub, f"{where}.{key}" if where else key, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item))
+        elif isinstance(item, bool) or item is None or isinstance(item, str):
+            continue
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return f"integer{at} is beyond int64"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{item}{at} is not a finite number"
+        else:
+            return f"a {type(item).__name__}{at} is not JSON data"
+    return None
+
 
 class DataSpec(ApiModel):
     source: DataSource = Field(
@@ -133,7 +179,7 @@ class OptimizerSpec(ApiModel):
 class TrainingSpec(ApiModel):
     epochs: int = Field(default=60, ge=1, le=1_000_000)
     batch_size_per_replica: int = Field(default=64, ge=1, le=65_536)
-    steps_per_epoch: Annotated[int, Field(ge=1)] | None = Field(
+    steps_per_epoch: Annotated[int, Field(ge=1, le=INT64_MAX)] | None = Field(
         default=None, description="Optional cap on steps per epoch."
     )
     generator: OptimizerSpec = Field(
@@ -158,8 +204,8 @@ class CheckpointSpec(ApiModel):
         pattern=CLAIM_NAME_PATTERN,
         description="PVC mounted at /checkpoints; empty means no resume across pods.",
     )
-    interval_epochs: int = Field(default=1, ge=1)
-    interval_minutes: Annotated[float, Field(gt=0)] | None = Field(
+    interval_epochs: int = Field(default=1, ge=1, le=INT64_MAX)
+    interval_minutes: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(
         default=None, description="Also checkpoint mid-epoch at step boundaries this often."
     )
     keep: int = Field(default=3, ge=1, le=1000)
