@@ -223,7 +223,13 @@ def plan(
 ) -> Plan:
     eligible: list[NodeInfo] = []
     skipped: list[tuple[str, str]] = []
+    seen: set[str] = set()
     for node in inventory.nodes:
+        # build_inventory refuses a node listed twice; an Inventory made another way must
+        # still never give one node two workers.
+        if node.name in seen:
+            continue
+        seen.add(node.name)
         why = ineligibility(node, spec)
         if why is None:
             eligible.append(node)
@@ -379,6 +385,14 @@ def static_plan(spec: GANTrainingJobSpec, prices: PriceTable = DEFAULT_PRICES) -
         chips = topology_chips(r.tpu.topology)
         single = chips <= 8 and r.tpu.accelerator in SINGLE_HOST_8_CHIP_TPUS
         per_host = chips if single else min(4, chips)
+        if chips % per_host:
+            # The API's topology pattern refuses such shapes; never round a slice down.
+            return Plan(
+                False,
+                strategy="tpu",
+                reason=f"spec.resources.tpu.topology: {r.tpu.topology} ({chips} chips) is not "
+                f"a whole number of {per_host}-chip hosts",
+            )
         hosts = chips // per_host
         price = r.tpu and cost_per_hour(
             per_host,

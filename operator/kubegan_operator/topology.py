@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 GPU_RESOURCE = "nvidia.com/gpu"
 TPU_RESOURCE = "google.com/tpu"
 
@@ -52,6 +54,10 @@ _SUFFIXES = {
     "Pi": Decimal(2**50), "Ei": Decimal(2**60),
 }  # fmt: skip
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
+# The CRD's quantity pattern allows two exponent digits; the planner must compare all of them.
+MAX_EXPONENT = 99
+# More accelerators than any node has; a larger count in a node list is a broken file.
+MAX_DEVICES_PER_NODE = 65_536
 
 
 def parse_quantity(value: Any) -> Decimal:
@@ -65,7 +71,7 @@ def parse_quantity(value: Any) -> Decimal:
         number = Decimal(m.group(1))
         if m.group(2):
             exponent = int(m.group(2)[1:])
-            if abs(exponent) > 30:  # no real node has 10^30 of anything
+            if abs(exponent) > MAX_EXPONENT:
                 raise ValueError(f"not a quantity: {value!r} (exponent out of range)")
             result = number * Decimal(10) ** exponent
         else:
@@ -110,27 +116,127 @@ class NodeInfo:
     tpu_topology: str
 
 
+# ---- the fields of Node and Pod objects that placement reads ------------------------------
+#
+# Decoded strictly (types as the apiserver has them, no coercion): a node list written by hand
+# or edited may hold `unschedulable: "false"` or a list as `nodeName`, and guessing what that
+# meant would place workers wrongly. Other fields are ignored.
+
+
+class _Obj(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=True)
+
+
+QuantityValue = str | int | float  # parse_quantity says whether it is one
+
+
+class _Meta(_Obj):
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class _TaintDoc(_Obj):
+    key: str = ""
+    value: str | None = None
+    effect: str = ""
+
+
+class _NodeSpec(_Obj):
+    unschedulable: bool | None = None
+    taints: list[_TaintDoc] | None = None
+
+
+class _Condition(_Obj):
+    type: str = ""
+    status: str = ""
+
+
+class _NodeStatus(_Obj):
+    allocatable: dict[str, QuantityValue] | None = None
+    capacity: dict[str, QuantityValue] | None = None
+    conditions: list[_Condition] | None = None
+
+
+class _NodeDoc(_Obj):
+    metadata: _Meta
+    spec: _NodeSpec | None = None
+    status: _NodeStatus | None = None
+
+
+class _Resources(_Obj):
+    requests: dict[str, QuantityValue] | None = None
+    limits: dict[str, QuantityValue] | None = None
+
+
+class _Container(_Obj):
+    resources: _Resources | None = None
+
+
+class _PodSpec(_Obj):
+    node_name: str | None = Field(default=None, alias="nodeName")
+    containers: list[_Container] | None = None
+    init_containers: list[_Container] | None = Field(default=None, alias="initContainers")
+
+
+class _PodStatus(_Obj):
+    phase: str | None = None
+
+
+class _PodDoc(_Obj):
+    metadata: _Meta
+    spec: _PodSpec | None = None
+    status: _PodStatus | None = None
+
+
+def _problem(what: str, err: ValidationError) -> str:
+    """The first problem of a node or pod, on one line, by its dotted path."""
+    e = err.errors(include_url=False)[0]
+    path = ".".join(str(p) for p in e["loc"] if p not in {"str", "int", "float"})
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    if e["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        msg = f"expected a mapping, got a {type(e['input']).__name__}"
+    else:
+        msg = e["msg"][0].lower() + e["msg"][1:]
+    return f"{what}: {path or '(object)'}: {msg}{more}"
+
+
+def _display_name(obj: Mapping[str, Any], index: int, kind: str) -> str:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if isinstance(name, str) and name:
+        ns = meta.get("namespace") if kind == "pod" else None  # type: ignore[union-attr]
+        return f"{kind} {ns}/{name}" if isinstance(ns, str) else f"{kind} {name}"
+    return f"{kind} #{index}"
+
+
 @dataclass(frozen=True)
 class Inventory:
     nodes: tuple[NodeInfo, ...]
     problems: tuple[str, ...] = field(default=())  # objects that could not be read
 
 
-def _requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
-    """A pod's effective requests: max(sum of containers, largest init container)."""
-    spec = pod.get("spec") or {}
+def _requests(spec: _PodSpec) -> dict[str, Decimal]:
+    """A pod's effective requests: max(sum of containers, largest init container).
+    ValueError for a malformed or negative quantity: a negative request must never free
+    capacity on a node (the apiserver refuses such a pod)."""
 
-    def container_requests(c: Mapping[str, Any]) -> dict[str, Decimal]:
-        res = c.get("resources") or {}
+    def container_requests(c: _Container) -> dict[str, Decimal]:
+        res = c.resources or _Resources()
         # Extended resources may be given as limits only; requests then default to limits.
-        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        return {k: parse_quantity(v) for k, v in merged.items()}
+        merged = {**(res.limits or {}), **(res.requests or {})}
+        out = {k: parse_quantity(v) for k, v in merged.items()}
+        for k, v in out.items():
+            if v < 0:
+                raise ValueError(f"resources {k}: {merged[k]!r} is negative")
+        return out
 
     total: dict[str, Decimal] = {}
-    for c in spec.get("containers") or []:
+    for c in spec.containers or []:
         for k, v in container_requests(c).items():
             total[k] = total.get(k, Decimal(0)) + v
-    for c in spec.get("initContainers") or []:
+    for c in spec.init_containers or []:
         for k, v in container_requests(c).items():
             total[k] = max(total.get(k, Decimal(0)), v)
     return total
@@ -138,7 +244,8 @@ def _requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
 
 def pod_is_active(pod: Mapping[str, Any]) -> bool:
     """Pods that still hold their node's resources (not Succeeded/Failed)."""
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    status = pod.get("status")
+    return not isinstance(status, Mapping) or status.get("phase") not in ("Succeeded", "Failed")
 
 
 def is_spot(labels: Mapping[str, str]) -> bool:
@@ -149,10 +256,10 @@ def _first_label(labels: Mapping[str, str], keys: Iterable[str]) -> str:
     return next((labels[k] for k in keys if labels.get(k)), "")
 
 
-def _node_ready(node: Mapping[str, Any]) -> bool:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+def _node_ready(status: _NodeStatus) -> bool:
+    for cond in status.conditions or []:
+        if cond.type == "Ready":
+            return cond.status == "True"
     return False
 
 
@@ -168,62 +275,83 @@ def build_inventory(
     the same time do not both count on the same GPUs."""
     used: dict[str, dict[str, Decimal]] = {}
     problems: list[str] = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        node_name = (pod.get("spec") or {}).get("nodeName") or (meta.get("annotations") or {}).get(
-            PLANNED_NODE_ANNOTATION
-        )
-        if not node_name or not pod_is_active(pod):
+    for i, raw in enumerate(pods):
+        what = _display_name(raw, i, "pod")
+        try:
+            pod = _PodDoc.model_validate(raw)
+        except ValidationError as err:
+            problems.append(_problem(what, err))
+            continue
+        meta, spec = pod.metadata, pod.spec or _PodSpec()
+        node_name = spec.node_name or (meta.annotations or {}).get(PLANNED_NODE_ANNOTATION)
+        if not node_name or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
             continue
         if exclude_job is not None:
-            labels = meta.get("labels") or {}
-            if (meta.get("namespace", "default"), labels.get("kubegan.io/job-name")) == exclude_job:
+            labels = meta.labels or {}
+            if (meta.namespace, labels.get("kubegan.io/job-name")) == exclude_job:
                 continue
         try:
-            req = _requests(pod)
-        except (ValueError, AttributeError, TypeError) as err:
-            problems.append(f"pod {meta.get('namespace')}/{meta.get('name')}: {err}")
+            req = _requests(spec)
+        except ValueError as err:
+            problems.append(f"{what}: {err}")
             continue
         bucket = used.setdefault(node_name, {})
         for k, v in req.items():
             bucket[k] = bucket.get(k, Decimal(0)) + v
 
-    infos: list[NodeInfo] = []
-    for node in nodes:
-        meta = node.get("metadata") or {}
-        name = meta.get("name", "")
+    infos: dict[str, NodeInfo] = {}
+    for i, raw in enumerate(nodes):
+        what = _display_name(raw, i, "node")
         try:
-            infos.append(_node_info(node, used.get(name, {})))
-        except (ValueError, AttributeError, TypeError) as err:
-            problems.append(f"node {name}: {err}")
-    infos.sort(key=lambda n: n.name)
-    return Inventory(tuple(infos), tuple(problems))
+            doc = _NodeDoc.model_validate(raw)
+        except ValidationError as err:
+            problems.append(_problem(what, err))
+            continue
+        name = doc.metadata.name
+        if name in infos:
+            # Two entries for one node would let it take two workers of one job.
+            problems.append(f"{what}: listed more than once")
+            continue
+        try:
+            infos[name] = _node_info(doc, used.get(name, {}))
+        except ValueError as err:
+            problems.append(f"{what}: {err}")
+    return Inventory(tuple(sorted(infos.values(), key=lambda n: n.name)), tuple(problems))
 
 
-def _node_info(node: Mapping[str, Any], used: Mapping[str, Decimal]) -> NodeInfo:
-    meta = node.get("metadata") or {}
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    spec = node.get("spec") or {}
-    status = node.get("status") or {}
-    alloc = status.get("allocatable") or status.get("capacity") or {}
+def _device_count(alloc: Mapping[str, QuantityValue], resource: str) -> int:
+    count = parse_quantity(alloc.get(resource, 0))
+    if count < 0 or count > MAX_DEVICES_PER_NODE or count != count.to_integral_value():
+        raise ValueError(
+            f"{resource} {alloc.get(resource)!r} is not a device count "
+            f"(a whole number from 0 to {MAX_DEVICES_PER_NODE})"
+        )
+    return int(count)
+
+
+def _node_info(doc: _NodeDoc, used: Mapping[str, Decimal]) -> NodeInfo:
+    meta = doc.metadata
+    labels = dict(meta.labels or {})
+    spec = doc.spec or _NodeSpec()
+    status = doc.status or _NodeStatus()
+    alloc = status.allocatable or status.capacity or {}
 
     def free(resource: str) -> Decimal:
         return parse_quantity(alloc.get(resource, 0)) - used.get(resource, Decimal(0))
 
-    taints = tuple(
-        Taint(t.get("key", ""), str(t.get("value", "") or ""), t.get("effect", ""))
-        for t in spec.get("taints") or []
-    )
+    taints = tuple(Taint(t.key, t.value or "", t.effect) for t in spec.taints or [])
+    gpus = _device_count(alloc, GPU_RESOURCE)
+    tpu_chips = _device_count(alloc, TPU_RESOURCE)
     return NodeInfo(
-        name=meta["name"],
+        name=meta.name,
         labels=labels,
         taints=taints,
-        ready=_node_ready(node),
-        unschedulable=bool(spec.get("unschedulable")),
-        gpus=int(parse_quantity(alloc.get(GPU_RESOURCE, 0))),
-        free_gpus=max(0, int(free(GPU_RESOURCE))),
-        tpu_chips=int(parse_quantity(alloc.get(TPU_RESOURCE, 0))),
-        free_tpu_chips=max(0, int(free(TPU_RESOURCE))),
+        ready=_node_ready(status),
+        unschedulable=bool(spec.unschedulable),
+        gpus=gpus,
+        free_gpus=max(0, min(gpus, int(free(GPU_RESOURCE)))),
+        tpu_chips=tpu_chips,
+        free_tpu_chips=max(0, min(tpu_chips, int(free(TPU_RESOURCE)))),
         free_cpu=free("cpu"),
         free_memory=free("memory"),
         spot=is_spot(labels),
