@@ -67,7 +67,7 @@ def test_deeply_nested_yaml(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == f"{deep}: invalid YAML: nested too deeply"
+    assert result.stderr.strip() == f"{deep}:1:103: invalid YAML: nested deeper than 100 levels"
 
 
 def test_run_output_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -68,12 +68,12 @@ BAD_INPUTS: list[tuple[str, str | bytes, list[str]]] = [
     (
         "broken yaml gives the line",
         "apiVersion: kubegan.io/v1alpha1\nkind: GANTrainingJob\nspec:\n  framework: [pytorch\n",
-        ["{file}:5:1: invalid YAML: expected ',' or ']', but got '<stream end>'"],
+        ["{file}:5:1: invalid YAML: did not find expected ',' or ']'"],
     ),
     (
         "tab indentation",
         "apiVersion: x\n\tkind: y\n",
-        ["{file}:2:1: invalid YAML: found character '\\t' that cannot start any token"],
+        ["{file}:2:1: invalid YAML: found a tab character that violates indentation"],
     ),
     ("empty file", "", ["{file}: empty file, expected a GANTrainingJob"]),
     ("only comments", "# nothing\n", ["{file}: empty file, expected a GANTrainingJob"]),
@@ -112,10 +112,7 @@ BAD_INPUTS: list[tuple[str, str | bytes, list[str]]] = [
     (
         "wrong type",
         with_changes(spec__training={"epochs": "ten"}),
-        [
-            "spec.training.epochs: input should be a valid integer, unable to parse string as an "
-            "integer"
-        ],
+        ["spec.training.epochs: input should be a valid integer"],
     ),
     (
         "zero epochs",
@@ -249,7 +246,7 @@ BAD_INPUTS: list[tuple[str, str | bytes, list[str]]] = [
             spec__framework="tensorflow",
             spec__model={"name": "dcgan"},
             spec__resources={
-                "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "99x99x99"}
+                "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "96x96x96"}
             },
         ),
         ["spec.resources.tpu.topology: a slice of at most 4000 chips"],
