@@ -49,10 +49,14 @@ def test_corrupt_latest_falls_back_with_warning(tmp_path: Path) -> None:
     _write(store, Position(2, 0), b"good")
     (tmp_path / "ckpt-000002-00000000" / "state.bin").write_bytes(b"evil")
     assert store.latest_valid().position == Position(1, 0)
-    assert warnings == [
+    assert warnings[0] == (
         "checkpoint ckpt-000002-00000000 is unreadable (state.bin fails its checksum); "
         "falling back to ckpt-000001-00000000"
-    ]
+    )
+    assert warnings[1].startswith("moved damaged checkpoint ckpt-000002-00000000 aside to ")
+    # moved aside, never deleted: the bytes are still there for inspection
+    aside = tmp_path / "corrupt" / "ckpt-000002-00000000" / "state.bin"
+    assert aside.read_bytes() == b"evil"
 
 
 def test_all_corrupt_is_an_error_naming_the_newest(tmp_path: Path) -> None:
@@ -123,3 +127,39 @@ def test_metric_names_and_jsonl(tmp_path: Path) -> None:
         "d_loss",
         "cost_dollars",
     }
+
+
+def test_pruning_keeps_good_checkpoints_and_moves_corrupt_ones_aside(tmp_path: Path) -> None:
+    """Issue 12: pruning deleted the oldest `keep` by name, good or not, so a damaged newer
+    checkpoint could push out the last good one, and damaged ones were deleted."""
+    store = CheckpointStore(tmp_path, keep=1, warn=lambda _m: None)
+    _write(store, Position(1, 0), b"good")
+    # a checkpoint damaged on disk by someone else, newer than the good one
+    bad = CheckpointStore(tmp_path, keep=5, warn=lambda _m: None)
+    _write(bad, Position(2, 0), b"fine")
+    (tmp_path / "ckpt-000002-00000000" / "state.bin").write_bytes(b"torn")
+    store.prune()
+    assert [r.name for r in store.list()] == ["ckpt-000001-00000000"]
+    assert (tmp_path / "corrupt" / "ckpt-000002-00000000" / "state.bin").read_bytes() == b"torn"
+    _write(store, Position(3, 0), b"good")  # a newer good one: now the old one may go
+    assert [r.name for r in store.list()] == ["ckpt-000003-00000000"]
+    assert (tmp_path / "corrupt" / "ckpt-000002-00000000").is_dir()
+
+
+def test_torn_jsonl_line_hides_no_later_epoch(tmp_path: Path) -> None:
+    """Issue 12: a kill mid-write left a partial line; the next append was glued onto it
+    and the reader stopped there, hiding every later epoch."""
+    rec = EpochRecord(1, 1.0, 1.0, 1.0, 1.0, 0.0, 1, 1, 1)
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.append(rec)
+    with log.path.open("a") as f:
+        f.write('{"epoch":2,"epoch_sec')  # killed mid-write
+    log.append(EpochRecord(**{**rec.__dict__, "epoch": 2}))
+    log.append(EpochRecord(**{**rec.__dict__, "epoch": 3}))
+    assert [r["epoch"] for r in log.read()] == [1, 2, 3]
+    assert log.path.read_text().count("\n") == 3
+    # a reader skips a torn line anywhere (e.g. a file written by an older kubegan)
+    log.path.write_text('{"epoch":1}\n{"epoch":2,"ep{"epoch":3}\n{"epoch":4}\n')
+    assert [r["epoch"] for r in log.read()] == [1, 4]
+    log.truncate_after(4)
+    assert log.path.read_text() == '{"epoch":1}\n{"epoch":4}\n'

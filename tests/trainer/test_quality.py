@@ -60,7 +60,7 @@ def test_acgan_digits_samples_are_recognisably_the_requested_class(tmp_path: Pat
 
     ckpt = sorted((tmp_path / "out/checkpoints").glob("ckpt-*"))[-1]
     assert ckpt.name == f"ckpt-{EPOCHS:06d}-00000000"
-    state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
+    state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
     g = AcganGenerator(10, OPTIONS["latentDim"], 1, OPTIONS["imageSize"], OPTIONS["ngf"])
     g.load_state_dict(state["generator"])
     g.eval()

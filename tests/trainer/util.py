@@ -61,7 +61,7 @@ class RunResult:
 
     def checkpoint_state(self) -> dict[str, Any]:
         ckpts = sorted((self.output / "checkpoints").glob("ckpt-*"))
-        return torch.load(ckpts[-1] / "state.pt", map_location="cpu", weights_only=False)
+        return torch.load(ckpts[-1] / "state.pt", map_location="cpu", weights_only=True)
 
 
 def run_workers(

@@ -11,7 +11,10 @@ Layout under the checkpoint directory:
 A checkpoint is written into a `.tmp-*` folder and renamed into place, so a pod killed
 while writing leaves no torn "latest". The manifest's checksums catch a checkpoint
 damaged after the fact (a bad disk, a truncated copy); discovery then falls back to the
-previous one with a warning. Backends only fill a folder with files.
+previous one with a warning and moves the damaged one to `corrupt/` (never deleted: it is
+evidence, and maybe recoverable). Pruning deletes only intact checkpoints older than the
+newest `keep` intact ones, so a good checkpoint is never removed before a newer good one
+exists. Backends only fill a folder with files.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from kubegan_trainer.errors import TrainerError
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+CORRUPT_DIR = "corrupt"
 _NAME = re.compile(r"^ckpt-(\d{6,})-(\d{8,})$")
 
 
@@ -75,6 +79,7 @@ class CheckpointStore:
         self.root = Path(root)
         self.keep = keep
         self._warn = warn or log.warning
+        self._good: set[str] = set()  # names verified intact (written or checked) by us
 
     # ---- writing -------------------------------------------------------------------
     def begin(self, pos: Position) -> Path:
@@ -105,11 +110,10 @@ class CheckpointStore:
         if final.exists():
             # Only a checkpoint that failed validation can sit at a position we are writing
             # again (we resumed from an earlier one); keep it aside for inspection.
-            aside = final.with_name(f"{final.name}.invalid-{time.time_ns()}")
-            os.replace(final, aside)
-            self._warn(f"moved unusable checkpoint {final.name} aside to {aside.name}")
+            self.move_aside(CheckpointRef(final, pos, created), "replaced by a new save")
         os.replace(staging, final)
         _fsync_dir(self.root)
+        self._good.add(final.name)
         self.prune()
         return CheckpointRef(final, pos, created)
 
@@ -164,17 +168,20 @@ class CheckpointStore:
         for ref in reversed(refs):
             why = self.validate(ref)
             if why is None:
-                for bad_name, bad_why in problems:
+                self._good.add(ref.name)
+                for bad, bad_why in problems:
                     self._warn(
-                        f"checkpoint {bad_name} is unreadable ({bad_why}); "
+                        f"checkpoint {bad.name} is unreadable ({bad_why}); "
                         f"falling back to {ref.name}"
                     )
+                    self.move_aside(bad, bad_why)
                 return ref
-            problems.append((ref.name, why))
+            problems.append((ref, why))
         if problems:
-            name, why = problems[0]
+            # Nothing is moved: the user decides what to do with the only checkpoints there are.
+            bad, why = problems[0]
             raise TrainerError(
-                f"checkpoint {self.root / name} is unreadable ({why}) and no earlier valid "
+                f"checkpoint {bad.path} is unreadable ({why}) and no earlier valid "
                 "checkpoint exists; move it away to start from scratch"
             )
         return None
@@ -183,11 +190,41 @@ class CheckpointStore:
         return json.loads((ref.path / MANIFEST).read_text(encoding="utf-8"))
 
     # ---- pruning -------------------------------------------------------------------
+    def move_aside(self, ref: CheckpointRef, why: str) -> Path:
+        """Move a damaged checkpoint to `corrupt/<name>` (a unique name if taken)."""
+        aside_dir = self.root / CORRUPT_DIR
+        aside_dir.mkdir(exist_ok=True)
+        target = aside_dir / ref.name
+        if target.exists():
+            target = aside_dir / f"{ref.name}-{time.time_ns()}"
+        os.replace(ref.path, target)
+        _fsync_dir(self.root)
+        self._good.discard(ref.name)
+        self._warn(f"moved damaged checkpoint {ref.name} aside to {target} ({why})")
+        return target
+
+    def _intact(self, ref: CheckpointRef) -> bool:
+        if ref.name in self._good:
+            return True
+        why = self.validate(ref)
+        if why is None:
+            self._good.add(ref.name)
+            return True
+        self.move_aside(ref, why)
+        return False
+
     def prune(self) -> None:
-        """Keep the newest `keep` checkpoints; also clear stale staging folders of this pid."""
-        refs = self.list()
-        for ref in refs[: max(0, len(refs) - self.keep)]:
-            shutil.rmtree(ref.path, ignore_errors=True)
+        """Keep the newest `keep` intact checkpoints and delete older intact ones; a
+        damaged one found on the way is moved aside, never deleted."""
+        kept = 0
+        for ref in reversed(self.list()):
+            if not self._intact(ref):
+                continue
+            if kept < self.keep:
+                kept += 1
+            else:
+                shutil.rmtree(ref.path, ignore_errors=True)
+                self._good.discard(ref.name)
 
     def clean_staging(self) -> None:
         """Remove staging folders left by killed writers (called once at start-up)."""

@@ -115,10 +115,10 @@ class TrainerMetrics:
         self.checkpoint_step.set(step)
         self.checkpoint_time.set_to_current_time()
 
-    def serve(self, port: int) -> bool:
+    def serve(self, port: int, addr: str = "0.0.0.0") -> bool:
         """Start the HTTP endpoint; a busy port is a warning, never a training failure."""
         try:
-            start_http_server(port, registry=self.registry)
+            start_http_server(port, addr=addr, registry=self.registry)
         except OSError as err:
             log.warning("metrics endpoint on port %d not started: %s", port, err)
             return False
@@ -134,40 +134,95 @@ class TrainerMetrics:
 
 
 class MetricsLog:
-    """`<output>/metrics.jsonl`: one JSON object per finished epoch."""
+    """`<output>/metrics.jsonl`: one JSON object per finished epoch.
+
+    A run killed mid-write leaves a torn last line. Readers skip lines that are not JSON
+    objects (a torn line never hides later epochs), and the writer cuts a torn tail back
+    to the last newline before appending, so a new record never joins a fragment. Each
+    record is one write() of a whole line, then fsync.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
             return []
         rows = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in data.decode("utf-8", errors="replace").splitlines():
             line = line.strip()
-            if line:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a torn last line from a killed run; later lines cannot exist
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn line from a killed run
+            if isinstance(row, dict):
+                rows.append(row)
         return rows
+
+    def repair_tail(self) -> None:
+        """Cut a partial last line (no newline: its writer was killed) off the file."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                return
+            os.lseek(fd, size - 1, os.SEEK_SET)
+            if os.read(fd, 1) == b"\n":
+                return
+            keep = 0
+            pos = size
+            while pos > 0 and not keep:
+                start = max(0, pos - 65536)
+                os.lseek(fd, start, os.SEEK_SET)
+                chunk = os.read(fd, pos - start)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    keep = start + nl + 1
+                pos = start
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+            log.warning("metrics.jsonl: removed a torn last line (%d bytes)", size - keep)
+        finally:
+            os.close(fd)
 
     def append(self, rec: EpochRecord) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(asdict(rec), separators=(",", ":")) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self.repair_tail()
+        line = (json.dumps(asdict(rec), separators=(",", ":")) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def truncate_after(self, epoch: int) -> None:
         """On resume from `epoch`, drop lines of epochs that the checkpoint does not cover,
-        so a re-run epoch is not listed twice. Atomic: written aside, then renamed."""
+        so a re-run epoch is not listed twice; torn lines go too. Atomic: written aside,
+        then renamed."""
         if not self.path.exists():
             return
         rows = self.read()
-        kept = [r for r in rows if int(r.get("epoch", 0)) <= epoch]
-        if len(kept) == len(rows):
+        kept = [r for r in rows if _epoch_of(r) <= epoch]
+        raw = self.path.read_bytes()
+        if len(kept) == len(rows) and len(raw.splitlines()) == len(rows) and raw.endswith(b"\n"):
             return
         tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
+        tmp.write_text(
+            "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept), encoding="utf-8"
+        )
         os.replace(tmp, self.path)
+
+
+def _epoch_of(row: dict[str, Any]) -> int:
+    try:
+        return int(row.get("epoch", 0))
+    except (TypeError, ValueError):
+        return 0

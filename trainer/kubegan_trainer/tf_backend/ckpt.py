@@ -7,6 +7,12 @@
 - Keep N: the manager's `max_to_keep`; manifests of pruned checkpoints are removed.
 - Damaged after the fact (a bad disk, a truncated copy): checksums catch it and resume
   falls back to the previous checkpoint with a warning; none intact -> one-line error.
+- Data only: `tf.train.Checkpoint.read` restores variable values into objects this job
+  built; nothing in the files names code to run (no pickle, no Keras model or layer
+  deserialization), and the `checkpoint` state file may only name checkpoints inside
+  this directory.
+- Damaged checkpoints passed over on resume are moved to `corrupt/` by the chief, never
+  deleted (the manager's pruning would otherwise remove them unseen).
 - Multi-worker: every worker calls save (saving can involve collectives); non-chief
   workers write into a scratch folder that is deleted right away, as TF recommends.
 """
@@ -19,13 +25,14 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
-from kubegan_trainer.checkpoint import Position
+from kubegan_trainer.checkpoint import CORRUPT_DIR, Position
 from kubegan_trainer.errors import TrainerError
 
 log = logging.getLogger("kubegan_trainer")
@@ -119,14 +126,44 @@ class TfCheckpoints:
 
     # ---- reading ----------------------------------------------------------------------------
     def _listed(self) -> list[str]:
-        """Checkpoint prefixes the state file lists, oldest first."""
+        """Checkpoint prefixes the state file lists, oldest first; only names of this
+        directory's own checkpoints (a state file pointing elsewhere is not followed)."""
         if not self.directory.is_dir():
             return []
-        state = tf.train.get_checkpoint_state(str(self.directory))
+        try:
+            state = tf.train.get_checkpoint_state(str(self.directory))
+        except (tf.errors.OpError, ValueError) as err:
+            first = str(err).strip().splitlines()[0][:200]
+            raise TrainerError(
+                f"checkpoint state file {self.directory / 'checkpoint'} is unreadable ({first})"
+            ) from None
         if state is None:
             return []
         paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-        return [p if os.path.isabs(p) else str(self.directory / p) for p in paths if p]
+        out = []
+        here = os.path.realpath(self.directory)
+        for p in paths:
+            name = os.path.basename(p)
+            if not p or os.path.realpath(os.path.dirname(os.path.join(here, p))) != here:
+                log.warning("checkpoint state file names %r outside %s; ignored", p, self.directory)
+                continue
+            out.append(str(self.directory / name))
+        return out
+
+    def _move_aside(self, prefix: str, why: str) -> None:
+        """Chief only: a damaged checkpoint's files go to `corrupt/`, never deleted."""
+        if not self.chief:
+            return
+        aside = self.directory / CORRUPT_DIR
+        aside.mkdir(exist_ok=True)
+        for f in glob.glob(prefix + ".*"):
+            target = aside / os.path.basename(f)
+            if target.exists():
+                target = aside / f"{os.path.basename(f)}-{time.time_ns()}"
+            os.replace(f, target)
+        log.warning(
+            "moved damaged checkpoint %s aside to %s (%s)", os.path.basename(prefix), aside, why
+        )
 
     @staticmethod
     def validate(prefix: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -160,21 +197,22 @@ class TfCheckpoints:
                 for bad, bad_why in problems:
                     log.warning(
                         "checkpoint %s is unusable (%s); falling back to %s",
-                        bad,
+                        os.path.basename(bad),
                         bad_why,
                         os.path.basename(prefix),
                     )
+                    self._move_aside(bad, bad_why)
                 return SavedCheckpoint(
                     prefix,
                     Position(int(manifest["epoch"]), int(manifest["step"])),
                     int(manifest["global_step"]),
                     manifest,
                 )
-            problems.append((os.path.basename(prefix), why or "invalid"))
+            problems.append((prefix, why or "invalid"))
         if problems:
-            name, why = problems[0]
+            bad, why = problems[0]
             raise TrainerError(
-                f"checkpoint {self.directory / name} is unusable ({why}) and no earlier valid "
+                f"checkpoint {bad} is unusable ({why}) and no earlier valid "
                 "checkpoint exists; move it away to start from scratch"
             )
         return None

@@ -47,12 +47,13 @@ from kubegan_trainer.signals import StopFlag
 from kubegan_trainer.torch_backend import rng
 from kubegan_trainer.torch_backend.models import Batch, GanTask
 from kubegan_trainer.torch_backend.optim import make_optimizer
+from kubegan_trainer.torch_backend.payload import load_payload
 from kubegan_trainer.torch_backend.precision import autocast, make_scaler
 
 log = logging.getLogger("kubegan_trainer")
 
 STATE_FILE = "state.pt"
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: tensors and plain data only (weights_only loading)
 SAMPLE_COUNT = {"images": 64, "paired": 4, "showers": 32}
 
 
@@ -343,9 +344,9 @@ class GanTrainer:
         payload, problem = None, ""
         if self.rank0 or not missing:
             try:
-                payload = torch.load(path, map_location="cpu", weights_only=False)
-            except Exception as err:  # pickle, zip and IO errors alike
-                problem = f"checkpoint {path} is unreadable ({type(err).__name__}: {err})"
+                payload = load_payload(path)
+            except TrainerError as err:
+                problem = str(err)
         problems = [problem]
         if self.world > 1:
             problems = [None] * self.world
@@ -358,22 +359,27 @@ class GanTrainer:
         return self._apply_payload(payload, path)
 
     def _apply_payload(self, payload: dict[str, Any], path: Path) -> Position:
+        if payload.get("format") != CHECKPOINT_FORMAT:
+            raise TrainerError(
+                f"checkpoint {path} has format {payload.get('format')!r}, this trainer reads "
+                f"format {CHECKPOINT_FORMAT}"
+            )
         try:
             self.G.load_state_dict(payload["generator"])
             self.D.load_state_dict(payload["discriminator"])
             self.opt_g.load_state_dict(payload["opt_g"])
             self.opt_d.load_state_dict(payload["opt_d"])
             self.scaler.load_state_dict(payload["scaler"])
-        except (KeyError, RuntimeError, ValueError) as err:
+            pos = Position(**payload["position"])
+            self.global_step = int(payload["global_step"])
+            same_world = payload["world_size"] == self.world
+            mine = payload["ranks"][self.dist.rank if same_world else 0]
+            acc = mine["epoch_acc"]
+        except (KeyError, IndexError, TypeError, RuntimeError, ValueError) as err:
             first = str(err).splitlines()[0]
             raise TrainerError(
                 f"checkpoint {path} does not fit this job's model or optimizers ({first})"
             ) from None
-        pos = Position(**payload["position"])
-        self.global_step = payload["global_step"]
-        same_world = payload["world_size"] == self.world
-        mine = payload["ranks"][self.dist.rank if same_world else 0]
-        acc = mine["epoch_acc"]
         self.acc = EpochAccumulator(
             acc["g_sum"].to(self.device), acc["d_sum"].to(self.device), acc["steps"], acc["elapsed"]
         )
