@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
 
 BACKENDS = {"pytorch": "kubegan_trainer.torch_backend", "tensorflow": "kubegan_trainer.tf_backend"}
@@ -69,6 +70,10 @@ def main() -> int:
         except ValueError as err:  # names the bad variable
             raise TrainerError(str(err)) from None
         config = load_config(env.config_path)
+        if config.model.entrypoint:
+            # Before any backend, data or rendezvous: a name that is not a user's model
+            # factory (`os:system`) is refused before anything could call it.
+            load_entrypoint(config.model.entrypoint)
         return load_backend(config.framework.value).run(env, config)
     except TrainerError as err:
         print(f"kubegan-trainer: error: {err}", file=sys.stderr, flush=True)
