@@ -72,8 +72,21 @@ def cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_entrypoint(job: GANTrainingJob) -> None:
+    """Refuse an entrypoint that names a standard-library, framework or kubegan callable
+    (`os:system`); by name only: validating a job file never imports or runs its code."""
+    from kubegan_trainer.entrypoints import check_entrypoint_name
+    from kubegan_trainer.errors import TrainerError
+
+    if job.spec.model.entrypoint:
+        try:
+            check_entrypoint_name(job.spec.model.entrypoint)
+        except TrainerError as err:
+            raise InputError([str(err)]) from None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    load_job(args.job)
+    _check_entrypoint(load_job(args.job))
     print("valid")
     return 0
 
@@ -132,9 +145,11 @@ def local_shape(job: GANTrainingJob, available_gpus: int) -> tuple[int, int, str
 
 def cmd_run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
+    _check_entrypoint(job)
     if job.spec.resources.tpu is not None:
         raise InputError(["spec.resources.tpu: a TPU slice cannot run locally; use a cluster"])
     # Imported here: the trainer's local runner is not needed by any other subcommand.
+    from kubegan_trainer.errors import TrainerError
     from kubegan_trainer.local_run import run_local
 
     workers, gpus, note = local_shape(job, local_gpu_count())
@@ -144,14 +159,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else Path("runs") / job.metadata.name
     if output.exists() and not output.is_dir():
         raise InputError([f"{output}: exists and is not a directory (--output)"])
-    return run_local(
-        job.trainer_config(),
-        workers=workers,
-        gpus_per_worker=gpus,
-        output_dir=output,
-        cost_rate_per_hour=price * workers * gpus,
-        namespace=job.metadata.namespace,
-    )
+    try:
+        return run_local(
+            job.trainer_config(),
+            workers=workers,
+            gpus_per_worker=gpus,
+            output_dir=output,
+            cost_rate_per_hour=price * workers * gpus,
+            namespace=job.metadata.namespace,
+            allow_config_change=getattr(args, "allow_config_change", False),
+        )
+    except TrainerError as err:  # a foreign or busy output directory, a changed job
+        raise InputError([f"kubegan run: {err}"]) from None
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
@@ -211,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("job", metavar="JOB.yaml")
     p.add_argument("--output", metavar="DIR", help="output directory (default runs/<name>)")
+    p.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="resume even though the job differs from the one DIR's checkpoints were "
+        "trained with (recorded in DIR/config-history.jsonl)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(

@@ -90,6 +90,8 @@ class ClusterEnv:
     nproc_per_node: int
     tpu_worker_id: int | None
     tpu_worker_hostnames: tuple[str, ...]
+    # All interfaces in a pod (the operator scrapes it); `kubegan run` sets 127.0.0.1.
+    metrics_addr: str = "0.0.0.0"
 
     @property
     def world_size(self) -> int:
@@ -147,4 +149,5 @@ class ClusterEnv:
             nproc_per_node=get_int("NPROC_PER_NODE", "1"),
             tpu_worker_id=get_int("TPU_WORKER_ID") if "TPU_WORKER_ID" in e else None,
             tpu_worker_hostnames=hostnames,
+            metrics_addr=get("KUBEGAN_METRICS_ADDR", "0.0.0.0"),
         )

@@ -14,7 +14,6 @@ Framework-free: the CLI in kubegan_operator imports this without torch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -28,9 +27,12 @@ from typing import Any, TextIO
 
 from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env
 from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.errors import EXIT_USER_ERROR
+from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+from kubegan_trainer.lifeline import parent_death_hook
 from kubegan_trainer.metrics import MetricsLog
 from kubegan_trainer.progress import read_progress
+from kubegan_trainer.resume_config import record_config
+from kubegan_trainer.rundir import claim_run_dir
 from kubegan_trainer.summary import progress_bar, summary_table
 
 EXIT_STOPPED = 130
@@ -93,6 +95,7 @@ def worker_environments(
         env.update(build_worker_env(topo))
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env["PYTHONUNBUFFERED"] = "1"
+        env["KUBEGAN_METRICS_ADDR"] = "127.0.0.1"  # what the banner promises: not the LAN
         env["TORCH_CPP_LOG_LEVEL"] = env.get("TORCH_CPP_LOG_LEVEL", "ERROR")
         # Slices of the devices this process may use: a user's CUDA_VISIBLE_DEVICES is kept.
         visible = visible_gpus(os.environ)
@@ -170,20 +173,49 @@ def run_local(
     cost_rate_per_hour: float = 0.0,
     namespace: str = "default",
     out: TextIO | None = None,
+    allow_config_change: bool = False,
 ) -> int:
     """Run the job's workers locally; returns the exit code for the CLI.
 
-    0 finished; 130 stopped by Ctrl-C/SIGTERM (checkpointed, resumable); otherwise the
-    first failing worker's code, after its error has been printed and the others stopped.
+    0 finished; 130 stopped by Ctrl-C/SIGTERM/SIGHUP (checkpointed, resumable); otherwise
+    the first failing worker's code, after its error has been printed and the others
+    stopped. Raises TrainerError (one line, nothing written) when the output directory is
+    foreign or taken, or the job differs from the one its checkpoints were trained with.
     """
-    out = out or sys.stdout
-    console = _Console(out)
     output_dir = Path(output_dir).resolve()
+    lock = claim_run_dir(output_dir)
+    try:
+        return _run_locked(
+            config,
+            workers=workers,
+            gpus_per_worker=gpus_per_worker,
+            output_dir=output_dir,
+            cost_rate_per_hour=cost_rate_per_hour,
+            namespace=namespace,
+            out=out or sys.stdout,
+            allow_config_change=allow_config_change,
+            lock_fd=lock.fd,
+        )
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    config: TrainerConfig,
+    *,
+    workers: int,
+    gpus_per_worker: int,
+    output_dir: Path,
+    cost_rate_per_hour: float,
+    namespace: str,
+    out: TextIO,
+    allow_config_change: bool,
+    lock_fd: int,
+) -> int:
+    console = _Console(out)
+    changed = record_config(output_dir, config.to_api(), allow_change=allow_config_change)
     (output_dir / "logs").mkdir(parents=True, exist_ok=True)
     config_path = output_dir / "config.json"
-    tmp = config_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(config.to_api(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, config_path)
     envs = worker_environments(
         config,
         workers=workers,
@@ -203,13 +235,21 @@ def run_local(
         f"metrics on http://127.0.0.1:{envs[0]['KUBEGAN_METRICS_PORT']}/metrics, "
         f"logs in {output_dir / 'logs'}"
     )
+    if changed:
+        note = f"resuming with a changed job (--allow-config-change): {', '.join(changed)}"
+        console.line(note + "; earlier configs in config-history.jsonl")
     procs: list[subprocess.Popen[bytes]] = []
     for env, path in zip(envs, log_paths, strict=True):
         with path.open("ab") as logf:
-            logf.write(f"=== kubegan run {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
+            banner = f"=== kubegan run {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n"
+            if changed:
+                banner += f"=== {note} ===\n"
+            logf.write(banner.encode())
             logf.flush()
             # A new session: the terminal's Ctrl-C reaches only us; we forward it as
             # SIGTERM, the signal a pod gets, so the workers take the checkpoint path.
+            # The run directory's lock is inherited, so it is held while any worker lives;
+            # the parent-death signal ends the workers if we are killed outright.
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "kubegan_trainer"],
@@ -217,6 +257,8 @@ def run_local(
                     stdout=logf,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    pass_fds=(lock_fd,),
+                    preexec_fn=parent_death_hook(),
                 )
             )
 
@@ -229,7 +271,9 @@ def run_local(
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGTERM if stop_requests == 1 else signal.SIGKILL)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP (the terminal went away) stops the run like Ctrl-C instead of orphaning it.
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, on_signal) for s in handled}
     try:
         code = _supervise(procs, tails, console, output_dir, lambda: stop_requests)
     finally:
@@ -280,9 +324,8 @@ def _supervise(
                 progress_bar(prog["epoch"], prog["epochs"], prog.get("step", 0), prog["steps"])
             )
         codes = [p.poll() for p in procs]
-        if all(c is not None for c in codes):
-            return code or next((c for c in codes if c), 0)
         bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        # Checked before "all exited": a lone worker that crashed must still be reported.
         if bad and failed_at is None and not stop_requests():
             i, c = bad[0]
             code = c
@@ -292,6 +335,8 @@ def _supervise(
             for p in procs:  # peers would wait in collectives until a timeout
                 if p.poll() is None:
                     os.kill(p.pid, signal.SIGTERM)
+        if all(c is not None for c in codes):
+            return code or next((c for c in codes if c), 0)
         if failed_at is not None and time.monotonic() - failed_at > KILL_GRACE_SECONDS:
             for p in procs:
                 if p.poll() is None:
@@ -339,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("job", type=Path)
     ap.add_argument("--output", type=Path, default=None, help="default: runs/<name>")
     ap.add_argument("--namespace", default="default")
+    ap.add_argument("--allow-config-change", action="store_true")
     args = ap.parse_args(argv)
     try:
         doc = yaml.safe_load(args.job.read_text(encoding="utf-8"))
@@ -358,14 +404,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     output = args.output or Path("runs") / config.job_name
-    return run_local(
-        config,
-        workers=workers,
-        gpus_per_worker=gpus,
-        output_dir=output,
-        cost_rate_per_hour=rate,
-        namespace=args.namespace,
-    )
+    try:
+        return run_local(
+            config,
+            workers=workers,
+            gpus_per_worker=gpus,
+            output_dir=output,
+            cost_rate_per_hour=rate,
+            namespace=args.namespace,
+            allow_config_change=args.allow_config_change,
+        )
+    except TrainerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ class Reporter:
         finished = start.epoch >= self.epochs
         if self.metrics is None or self.progress is None:
             return finished
-        self.metrics.serve(self.env.metrics_port)
+        self.metrics.serve(self.env.metrics_port, self.env.metrics_addr)
         # Epochs after the checkpoint will be trained (and logged) again.
         self.metrics_log.truncate_after(start.epoch)
         resumed = start != Position(0, 0)

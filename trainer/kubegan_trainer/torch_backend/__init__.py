@@ -67,7 +67,9 @@ def run(env: ClusterEnv, config: TrainerConfig) -> int:
 
 def _child(env: ClusterEnv, config: TrainerConfig, local_rank: int) -> None:
     from kubegan_trainer.__main__ import configure_logging
+    from kubegan_trainer.lifeline import die_with_parent
 
+    die_with_parent()  # a rank must not outlive its worker process
     configure_logging()
     try:
         code = worker(env, config, local_rank, StopFlag().install())
