@@ -15,6 +15,8 @@ from kubegan_operator.api import (
     CROSS_FIELD_RULES,
     DNS_1035_PATTERN,
     GROUP,
+    INT64_MAX,
+    INT64_MIN,
     KIND,
     MAX_NAME_LENGTH,
     PLURAL,
@@ -68,6 +70,23 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     return {k: _resolve(v, defs) for k, v in node.items()}
 
 
+def _int64_bounds_as_format(node: dict[str, Any]) -> None:
+    """Say "int64" with `format`, not with bounds the apiserver cannot hold.
+
+    The apiserver keeps `minimum`/`maximum` as float64: 2**63-1 rounds up to 2**63, which is
+    not an int64, and it then refuses the whole CRD ("Maximum boundary value must be of type
+    integer"). `format: int64` states the same limit and the apiserver enforces it on decode.
+    """
+    if node.get("type") != "integer":
+        return
+    if node.get("maximum") == INT64_MAX:
+        del node["maximum"]
+        node["format"] = "int64"
+    if node.get("minimum") == INT64_MIN:
+        del node["minimum"]
+        node["format"] = "int64"
+
+
 def _structural(node: dict[str, Any]) -> dict[str, Any]:
     """Rewrite one (already inlined) JSON Schema node into a structural OpenAPI v3 node."""
     node = dict(node)
@@ -87,6 +106,7 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
         node["minimum"], node["exclusiveMinimum"] = node["exclusiveMinimum"], True
     if "exclusiveMaximum" in node and not isinstance(node["exclusiveMaximum"], bool):
         node["maximum"], node["exclusiveMaximum"] = node["exclusiveMaximum"], True
+    _int64_bounds_as_format(node)
     # Structural schemas have neither patternProperties nor propertyNames: map values get
     # additionalProperties, and the key rules become CEL.
     key_rules = []

@@ -90,3 +90,24 @@ def test_enums_minimums_defaults_and_rules() -> None:
     rules = spec["x-kubernetes-validations"]
     assert len(rules) == len(CROSS_FIELD_RULES)
     assert all(r["fieldPath"].startswith(".") and r["message"] for r in rules)
+
+
+def test_every_bound_survives_the_apiservers_float64() -> None:
+    # The apiserver holds minimum/maximum as float64 and refuses the whole CRD when an
+    # integer field's bound is no longer an integer after rounding (2**63-1 -> 2**63).
+    crd = yaml.safe_load(crd_yaml())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    nodes = _walk(schema)
+    bounded = 0
+    for path, node in nodes:
+        for key in ("minimum", "maximum"):
+            if key not in node:
+                continue
+            bounded += 1
+            bound = node[key]
+            assert float(bound) == bound, f"{path}.{key} = {bound} is not exact in float64"
+            if node.get("type") == "integer":
+                assert -(2**63) <= int(float(bound)) < 2**63, f"{path}.{key} outside int64"
+    assert bounded > 10
+    int64_fields = [p for p, n in nodes if n.get("format") == "int64"]
+    assert ".spec.runPolicy.activeDeadlineSeconds" in int64_fields
