@@ -5,11 +5,13 @@ fraction). At initialisation the generator's total deposited energy ignores the 
 in its latent vector; after a short run it must track it. Measured on 4 energies x 32
 noise draws at perpendicular incidence: Pearson correlation of E_primary with the sum
 of the generated (raw, un-powered) cells, and the mean sum at the highest vs the lowest
-energy. Setup (fixed, CPU-deterministic): tiny model, latentDim 32, 128 showers, batch
-8 x 2 replicas, 6 epochs (48 steps), RMSprop lr 0.01 for both networks (the 3DGAN
-default 0.001 needs far more steps than a unit test can afford to bring the initial
-~3e4 sums down to the data's ~0.1-4). Measured here: correlation 0.04 at init, 0.25
-after; the thresholds leave room for numerical differences between machines.
+energy. Setup (fixed, CPU-deterministic): tiny model, latentDim 32, 64 showers, batch
+8 x 2 replicas, 3 epochs (12 steps), RMSprop lr 0.003 for both networks (the 3DGAN
+default 0.001 needs more steps than a unit test can afford to bring the initial ~3e4
+sums down towards the data's ~0.1-4; 0.01 and above overshoot and kill the ReLU output).
+Measured here: correlation ~0 at init, 0.49 after (0.56-0.80 with seeds 1-3); with the
+energy zeroed in the generator's input it stays below 0.1, so the thresholds separate
+learning from noise with room for numerical differences between machines.
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ def _energy_response(t) -> tuple[float, list[float]]:
     return float(np.corrcoef(e, total)[0, 1]), [float(total[e == v].mean()) for v in ENERGIES]
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(300)
 def test_gan3d_total_energy_tracks_primary_energy(tmp_path: Path) -> None:
-    lr = {"optimizer": "rmsprop", "learningRate": 0.01}
+    lr = {"optimizer": "rmsprop", "learningRate": 0.003}
     cfg = tf_config(
         "gan3d",
-        options={"size": "tiny", "numSamples": 128, "latentDim": 32},
-        epochs=6,
+        options={"size": "tiny", "numSamples": 64, "latentDim": 32},
+        epochs=3,
         batchSizePerReplica=8,
         generator=lr,
         discriminator=lr,

@@ -62,15 +62,19 @@ def full_generator(latent_dim: int) -> keras.Model:
 
 
 def tiny_generator(latent_dim: int) -> keras.Model:
+    # Every convolution runs at (13, 13, 7): TF's CPU Conv3D and its gradients cost ~100x
+    # more per voxel at full resolution, and the last 1x1 conv commutes with nearest
+    # upsampling, so the output is the same function as upsampling first.
     latent = keras.Input((latent_dim,))
-    x = layers.Dense(13 * 13 * 7 * 4)(latent)
-    x = layers.Reshape((13, 13, 7, 4))(x)
-    x = layers.UpSampling3D((4, 4, 4))(x)  # (52, 52, 28)
-    x = layers.Conv3D(4, (3, 3, 3), kernel_initializer="he_uniform")(x)  # (50, 50, 26)
-    x = _bn()(layers.ReLU()(x))
-    x = layers.ZeroPadding3D((1, 1, 0))(x)
-    x = layers.Conv3D(1, (2, 2, 2), kernel_initializer="glorot_normal")(x)  # (51, 51, 25)
-    return keras.Model(latent, layers.ReLU(dtype="float32")(x), name="generator")
+    x = layers.Dense(13 * 13 * 7 * 8)(latent)
+    x = layers.Reshape((13, 13, 7, 8))(x)
+    for _ in range(2):
+        x = layers.Conv3D(8, (3, 3, 3), padding="same", kernel_initializer="he_uniform")(x)
+        x = _bn()(layers.ReLU()(x))
+    x = layers.Conv3D(1, (1, 1, 1), kernel_initializer="glorot_normal")(x)
+    x = layers.UpSampling3D((4, 4, 4))(layers.ReLU()(x))  # (52, 52, 28)
+    x = layers.Cropping3D(((0, 1), (0, 1), (1, 2)))(x)  # (51, 51, 25)
+    return keras.Model(latent, layers.Activation("linear", dtype="float32")(x), name="generator")
 
 
 def _features_full(image: keras.KerasTensor, rng: RngRef) -> keras.KerasTensor:
@@ -86,12 +90,15 @@ def _features_full(image: keras.KerasTensor, rng: RngRef) -> keras.KerasTensor:
 
 
 def _features_tiny(image: keras.KerasTensor, rng: RngRef) -> keras.KerasTensor:
-    x = layers.Conv3D(8, (4, 4, 4), strides=(3, 3, 2), padding="same")(image)  # (17, 17, 13)
+    # Pool before convolving: a strided Conv3D's filter gradient on TF's CPU kernels takes
+    # seconds per batch at (51, 51, 25); the same conv after pooling takes milliseconds.
+    x = layers.AveragePooling3D((3, 3, 2))(image)  # (17, 17, 12)
+    x = layers.Conv3D(8, (3, 3, 3), padding="same")(x)
     x = RngDropout(0.2, rng)(layers.LeakyReLU()(x))
-    x = layers.Conv3D(8, (3, 3, 3), strides=2, padding="same")(x)  # (9, 9, 7)
+    x = layers.Conv3D(8, (3, 3, 3), padding="same")(x)
     x = RngDropout(0.2, rng)(_bn()(layers.LeakyReLU()(x)))
-    x = layers.AveragePooling3D((2, 2, 2))(x)
-    return layers.Flatten()(x)
+    x = layers.AveragePooling3D((2, 2, 2))(x)  # (8, 8, 6)
+    return layers.Flatten()(x)  # 3072 features
 
 
 def measured_angle(raw: tf.Tensor) -> tf.Tensor:

@@ -65,22 +65,25 @@ class Gan3dGenerator(nn.Module):
 
 
 class TinyGan3dGenerator(nn.Module):
-    """Dense -> (4, 13, 13, 7) -> x4 upsampling -> two small convs -> (1, 51, 51, 25)."""
+    """Dense -> (8, 13, 13, 7) -> two 3x3x3 convs -> 1x1x1 conv -> x4 upsampling, cropped
+    to (1, 51, 51, 25). All convolutions at low resolution (see the TF backend's reason)."""
 
     def __init__(self, latent_dim: int = 256) -> None:
         super().__init__()
-        self.dense = nn.Linear(latent_dim, 4 * 13 * 13 * 7)
-        conv1 = nn.Conv3d(4, 4, 3)  # (52, 52, 28) -> (50, 50, 26)
-        nn.init.kaiming_uniform_(conv1.weight)
-        conv2 = nn.Conv3d(4, 1, 2)  # padded (52, 52, 26) -> (51, 51, 25)
-        nn.init.xavier_normal_(conv2.weight)
-        self.body = nn.Sequential(
-            conv1, nn.ReLU(), _bn(4), nn.ConstantPad3d((0, 0, 1, 1, 1, 1), 0.0), conv2, nn.ReLU()
-        )
+        self.dense = nn.Linear(latent_dim, 8 * 13 * 13 * 7)
+        stages: list[nn.Module] = []
+        for _ in range(2):
+            conv = nn.Conv3d(8, 8, 3, padding=1)
+            nn.init.kaiming_uniform_(conv.weight)
+            stages += [conv, nn.ReLU(), _bn(8)]
+        last = nn.Conv3d(8, 1, 1)
+        nn.init.xavier_normal_(last.weight)
+        self.body = nn.Sequential(*stages, last, nn.ReLU())
 
     def forward(self, latent: Tensor) -> Tensor:
-        x = self.dense(latent).view(-1, 4, 13, 13, 7)
-        return self.body(F.interpolate(x, scale_factor=4, mode="nearest"))
+        x = self.body(self.dense(latent).view(-1, 8, 13, 13, 7))
+        x = F.interpolate(x, scale_factor=4, mode="nearest")  # (52, 52, 28)
+        return x[:, :, :51, :51, 1:26]  # Keras Cropping3D(((0, 1), (0, 1), (1, 2)))
 
 
 def measured_angle(raw: Tensor) -> Tensor:
@@ -137,23 +140,21 @@ def _full_features() -> nn.Sequential:
 
 
 def _tiny_features() -> nn.Sequential:
-    # Keras "same" with strides (3, 3, 2) on (51, 51, 25): pad x, y 0+1 and z 1+2.
     return nn.Sequential(
-        nn.ConstantPad3d((1, 2, 0, 1, 0, 1), 0.0),
-        nn.Conv3d(1, 8, 4, stride=(3, 3, 2)),  # (17, 17, 13)
+        nn.AvgPool3d((3, 3, 2)),  # (17, 17, 12)
+        nn.Conv3d(1, 8, 3, padding=1),
         nn.LeakyReLU(0.01),
         nn.Dropout(0.2),
-        nn.ConstantPad3d((1, 1, 1, 1, 1, 1), 0.0),
-        nn.Conv3d(8, 8, 3, stride=2),  # (9, 9, 7)
+        nn.Conv3d(8, 8, 3, padding=1),
         nn.LeakyReLU(0.01),
         _bn(8),
         nn.Dropout(0.2),
-        nn.AvgPool3d(2),  # (4, 4, 3)
+        nn.AvgPool3d(2),  # (8, 8, 6)
         nn.Flatten(),
     )
 
 
-TINY_DISC_FEATURES = 8 * 4 * 4 * 3
+TINY_DISC_FEATURES = 8 * 8 * 8 * 6
 
 
 class Gan3dDiscriminator(nn.Module):
