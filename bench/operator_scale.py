@@ -1,0 +1,733 @@
+"""The operator at cluster scale, on the local control plane with KWOK nodes (issue 13).
+
+A benchmark, not a test (pytest does not collect it). It
+
+1. brings up its own control plane (hack/cluster-up.sh in `--cluster-dir`, on ports of its
+   own, so a cluster test's operator cannot reconcile the benchmark's jobs and its numbers
+   are not mixed with the tests' traffic),
+2. creates `--nodes` KWOK nodes with 8 GPUs each in `--pools` pools (every other pool spot),
+3. starts `kubegan operator` as its own user, `kubegan-bench-operator`, with two
+   FlowSchemas for that user (one for LIST, one for everything else), so the apiserver's
+   own `apiserver_flowcontrol_dispatched_requests_total` counts the operator's requests
+   apart from the scheduler's, KWOK's and this script's,
+4. applies `--jobs` jobs of 8-32 GPUs at once and measures bound = applied -> all of the
+   job's workers bound by the scheduler,
+5. waits `--steady` seconds with nothing changing and counts the operator's LISTs,
+6. deletes `--delete-nodes` nodes that run workers and measures rebound = node deleted ->
+   every worker of the job's next gang bound,
+7. reads the operator's peak RSS (VmHWM) and prints a table and one summary line.
+
+It also times the pure `plan()` at 1000 and 5000 nodes (`--plan-only` runs only that).
+
+    nice -n 10 .venv/bin/python bench/operator_scale.py --nodes 100 --jobs 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "trainer")]
+
+from kubegan_operator.api import GANTrainingJobSpec  # noqa: E402
+from kubegan_operator.planner import plan  # noqa: E402
+from kubegan_operator.topology import build_inventory  # noqa: E402
+
+NAMESPACE = "kubegan-bench"
+BENCH_LABEL = "kubegan.io/bench"
+OPERATOR_USER = "kubegan-bench-operator"
+FLOW_LIST = "kubegan-bench-operator-list"
+FLOW_OTHER = "kubegan-bench-operator-other"
+JOB_LABEL = "kubegan.io/job-name"
+ATTEMPT_LABEL = "kubegan.io/attempt"
+GPUS_PER_NODE = 8
+# Job sizes: 8-32 GPUs, mean 12, so `--jobs N/2` fills about 75% of N nodes and a deleted
+# node's workers have somewhere to go.
+JOB_SIZES = ((8, 0.70), (16, 0.15), (24, 0.10), (32, 0.05))
+
+
+# ---- plan() timing (pure, no cluster) -------------------------------------------------------
+
+
+def synthetic_node(i: int, pools: int) -> dict[str, Any]:
+    pool = i % pools
+    labels = {
+        "kubernetes.io/hostname": f"bench-p{pool}-{i:05d}",
+        "cloud.google.com/gke-nodepool": f"bench-p{pool}",
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-a100",
+        BENCH_LABEL: "true",
+    }
+    if pool % 2:
+        labels["cloud.google.com/gke-spot"] = "true"
+    resources = {
+        "cpu": "96",
+        "memory": "360Gi",
+        "pods": "110",
+        "nvidia.com/gpu": str(GPUS_PER_NODE),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": labels["kubernetes.io/hostname"],
+            "labels": labels,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def synthetic_pod(node: str, i: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"other-{i}", "namespace": "other"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(GPUS_PER_NODE)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def job_spec(gpus: int, spot_never: bool) -> dict[str, Any]:
+    return {
+        "framework": "pytorch",
+        "model": {"name": "dcgan"},
+        "data": {"source": "synthetic"},
+        "training": {"epochs": 1, "batchSizePerReplica": 64},
+        "resources": {"gpus": gpus},
+        "placement": {"spot": "never" if spot_never else "allowed"},
+    }
+
+
+def best_ms(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times) * 1000.0
+
+
+def plan_table(sizes: Iterable[int], pools: int, repeats: int) -> list[dict[str, Any]]:
+    """plan() on an inventory where half the nodes are taken; build_inventory() separately
+    (today the operator builds the inventory from two LISTs on every plan)."""
+    rows = []
+    for n in sizes:
+        nodes = [synthetic_node(i, pools) for i in range(n)]
+        pods = [synthetic_pod(nodes[i]["metadata"]["name"], i) for i in range(0, n, 2)]
+        inventory = build_inventory(nodes, pods)
+        for gpus in (8, 32):
+            spec = GANTrainingJobSpec.model_validate(job_spec(gpus, spot_never=False))
+            result = plan(spec, inventory)
+            assert result.feasible, result.reason
+            rows.append(
+                {
+                    "nodes": n,
+                    "gpus": gpus,
+                    "build_inventory_ms": best_ms(
+                        lambda ns=nodes, ps=pods: build_inventory(ns, ps), repeats
+                    ),
+                    "plan_ms": best_ms(lambda s=spec, inv=inventory: plan(s, inv), repeats),
+                }
+            )
+    return rows
+
+
+# ---- the control plane ----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Cluster:
+    dir: Path
+    env: dict[str, str]
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [str(self.dir / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args[:3])}: {result.stderr.strip()[:500]}")
+        return result.stdout
+
+    def up(self) -> None:
+        subprocess.run(["bash", str(ROOT / "hack" / "cluster-up.sh")], env=self.env, check=True)
+
+    def down(self) -> None:
+        subprocess.run(["bash", str(ROOT / "hack" / "cluster-down.sh")], env=self.env, check=False)
+
+
+def cluster_env(cluster_dir: Path, base_port: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "KUBEGAN_CLUSTER_DIR": str(cluster_dir),
+        "KUBEGAN_APISERVER_PORT": str(base_port),
+        "KUBEGAN_ETCD_PORT": str(base_port + 10),
+        "KUBEGAN_KCM_PORT": str(base_port + 20),
+        "KUBEGAN_SCHEDULER_PORT": str(base_port + 21),
+    }
+
+
+def operator_kubeconfig(c: Cluster) -> Path:
+    """A client certificate for OPERATOR_USER (not in system:masters, which APF exempts from
+    flow schemas), bound to cluster-admin, and its kubeconfig."""
+    pki, out = c.dir / "pki", c.dir / "kubeconfigs" / "bench-operator.kubeconfig"
+    key, crt = pki / "bench-operator.key", pki / "bench-operator.crt"
+    if not crt.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            csr = Path(tmp) / "op.csr"
+            run = ["openssl"]
+            subprocess.run(
+                [*run, "genrsa", "-out", str(key), "2048"], check=True, capture_output=True
+            )
+            subprocess.run(
+                [*run, "req", "-new", "-key", str(key), "-subj", f"/CN={OPERATOR_USER}",
+                 "-out", str(csr)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            subprocess.run(
+                [*run, "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"),
+                 "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "30",
+                 "-out", str(crt)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+    admin = json.loads(c.kubectl("config", "view", "--raw", "-o", "json"))
+    server = admin["clusters"][0]["cluster"]["server"]
+    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": server, "certificate-authority-data": b64(pki / "ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": OPERATOR_USER,
+                "user": {"client-certificate-data": b64(crt), "client-key-data": b64(key)},
+            }
+        ],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": OPERATOR_USER}}],
+        "current-context": "local",
+    }
+    out.write_text(json.dumps(config))
+    out.chmod(0o600)
+    flow = {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "FlowSchema",
+        "spec": {
+            # The level a non-admin user lands in anyway: measuring must not change throttling.
+            "priorityLevelConfiguration": {"name": "global-default"},
+            "distinguisherMethod": {"type": "ByUser"},
+        },
+    }
+    subject = {"kind": "User", "user": {"name": OPERATOR_USER}}
+    everything = {"apiGroups": ["*"], "resources": ["*"], "clusterScope": True, "namespaces": ["*"]}
+    docs = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": OPERATOR_USER},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}
+            ],
+        },
+        {
+            **flow,
+            "metadata": {"name": FLOW_LIST},
+            "spec": {
+                **flow["spec"],
+                "matchingPrecedence": 50,
+                "rules": [
+                    {"subjects": [subject], "resourceRules": [{**everything, "verbs": ["list"]}]}
+                ],
+            },
+        },
+        {
+            **flow,
+            "metadata": {"name": FLOW_OTHER},
+            "spec": {
+                **flow["spec"],
+                "matchingPrecedence": 51,
+                "rules": [
+                    {
+                        "subjects": [subject],
+                        "resourceRules": [{**everything, "verbs": ["*"]}],
+                        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                    }
+                ],
+            },
+        },
+    ]
+    c.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+    return out
+
+
+@dataclass
+class Counts:
+    operator_lists: float = 0.0
+    operator_requests: float = 0.0
+    all_lists: float = 0.0
+
+    def __sub__(self, other: Counts) -> Counts:
+        return Counts(
+            self.operator_lists - other.operator_lists,
+            self.operator_requests - other.operator_requests,
+            self.all_lists - other.all_lists,
+        )
+
+
+SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} ([0-9.e+-]+)$")
+
+
+def apiserver_counts(c: Cluster) -> Counts:
+    """From the apiserver's /metrics: the operator's requests by flow schema, and every
+    client's LISTs (context: the scheduler, KCM and KWOK list too)."""
+    out = Counts()
+    for line in c.kubectl("get", "--raw", "/metrics").splitlines():
+        m = SAMPLE.match(line)
+        if not m:
+            continue
+        metric, labels, value = m.group(1), m.group(2), float(m.group(3))
+        if metric == "apiserver_flowcontrol_dispatched_requests_total":
+            if f'flow_schema="{FLOW_LIST}"' in labels:
+                out.operator_lists += value
+                out.operator_requests += value
+            elif f'flow_schema="{FLOW_OTHER}"' in labels:
+                out.operator_requests += value
+        elif metric == "apiserver_request_total" and 'verb="LIST"' in labels:
+            out.all_lists += value
+    return out
+
+
+# ---- the operator ---------------------------------------------------------------------------
+
+
+class OperatorProcess:
+    def __init__(self, c: Cluster, kubeconfig: Path, source: Path) -> None:
+        self.health_port, self.metrics_port = free_port(), free_port()
+        self.log = c.dir / "logs" / "operator-bench.log"
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        # `source` holds operator/ and trainer/: this tree, or another revision's (a "before").
+        env["PYTHONPATH"] = os.pathsep.join([str(source / "operator"), str(source / "trainer")])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kubegan_operator.cli", "operator",
+             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
+             # KWOK pods have made-up IPs: nothing to scrape.
+             "--no-trainer-progress"],
+            env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not self.healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the operator did not become healthy; see {self.log}")
+            time.sleep(0.5)
+
+    def healthy(self) -> bool:
+        try:
+            url = f"http://127.0.0.1:{self.health_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def peak_rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+        return float("nan")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+
+
+# ---- watching the workers -------------------------------------------------------------------
+
+
+@dataclass
+class PodSeen:
+    job: str
+    attempt: int
+    workers: int
+    node: str = ""
+    bound_at: float | None = None
+
+
+@dataclass
+class Watcher:
+    """Every worker's first binding, as this script's own watch sees it (monotonic time)."""
+
+    core: Any
+    pods: dict[str, PodSeen] = field(default_factory=dict)
+    # (job, attempt) -> when its last worker was bound
+    gang_bound: dict[tuple[str, int], float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, daemon=True, name="watch-pods").start()
+
+    def _see(self, pod: Mapping[str, Any], deleted: bool, now: float) -> None:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        if JOB_LABEL not in labels:
+            return
+        env = {
+            e["name"]: e.get("value") for c in pod["spec"]["containers"] for e in c.get("env") or []
+        }
+        with self.lock:
+            seen = self.pods.setdefault(
+                meta["name"] + "/" + meta["uid"],
+                PodSeen(
+                    labels[JOB_LABEL],
+                    int(labels.get(ATTEMPT_LABEL, "0")),
+                    int(env.get("KUBEGAN_NUM_WORKERS") or 1),
+                ),
+            )
+            node = pod["spec"].get("nodeName") or ""
+            if node and seen.bound_at is None and not deleted:
+                seen.node, seen.bound_at = node, now
+                key = (seen.job, seen.attempt)
+                bound = sum(
+                    1
+                    for p in self.pods.values()
+                    if (p.job, p.attempt) == key and p.bound_at is not None
+                )
+                if bound >= seen.workers and key not in self.gang_bound:
+                    self.gang_bound[key] = now
+
+    def _run(self) -> None:
+        rv = ""
+        while not self.stop.is_set():
+            try:
+                if not rv:
+                    resp = self.core.list_namespaced_pod(
+                        NAMESPACE, label_selector=JOB_LABEL, _preload_content=False
+                    )
+                    data = json.loads(resp.data)
+                    for pod in data["items"]:
+                        self._see(pod, False, time.monotonic())
+                    rv = data["metadata"]["resourceVersion"]
+                resp = self.core.list_namespaced_pod(
+                    NAMESPACE, label_selector=JOB_LABEL, watch=True, resource_version=rv,
+                    allow_watch_bookmarks=True, timeout_seconds=120, _preload_content=False,
+                )  # fmt: skip
+                buf = b""
+                for chunk in resp.stream(65536):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            rv = ""  # 410 Gone: list again
+                            break
+                        rv = obj["metadata"].get("resourceVersion", rv)
+                        if event["type"] != "BOOKMARK":
+                            self._see(obj, event["type"] == "DELETED", time.monotonic())
+            except Exception as err:  # a dropped stream: list again
+                print(f"watch restarted: {type(err).__name__}: {err}", file=sys.stderr)
+                rv = ""
+                time.sleep(1)
+
+    def bound_after(self, job: str, attempt_above: int) -> float | None:
+        with self.lock:
+            times = [t for (j, a), t in self.gang_bound.items() if j == job and a > attempt_above]
+        return min(times) if times else None
+
+    def running_workers(self) -> list[PodSeen]:
+        with self.lock:
+            return [p for p in self.pods.values() if p.bound_at is not None]
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def pctl(values: list[float], q: int) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.5)
+    print(f"timed out after {timeout:.0f}s waiting for {what}", file=sys.stderr)
+    return False
+
+
+def in_parallel(fn: Callable[[Any], Any], items: list[Any], threads: int = 8) -> list[Any]:
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, items))
+
+
+def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
+    from kubernetes import client, config
+
+    c = Cluster(args.cluster_dir, cluster_env(args.cluster_dir, args.base_port))
+    print(f"control plane in {c.dir} (apiserver :{args.base_port})", flush=True)
+    c.up()
+    result: dict[str, Any] = {}
+    op: OperatorProcess | None = None
+    watcher: Watcher | None = None
+    try:
+        api = config.new_client_from_config(str(c.kubeconfig))
+        # One connection per worker thread: the default pool of 4 would serialize creation.
+        api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 16
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        c.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
+        c.kubectl("delete", "nodes", "-l", BENCH_LABEL, "--ignore-not-found")
+        c.kubectl("create", "namespace", NAMESPACE)
+
+        t = time.monotonic()
+        nodes = [synthetic_node(i, args.pools) for i in range(args.nodes)]
+        for n in nodes:  # KWOK sets the conditions; the API keeps capacity as given
+            n["status"].pop("conditions")
+        in_parallel(lambda n: core.create_node(n, _preload_content=False), nodes)
+
+        def ready_nodes() -> int:
+            resp = core.list_node(label_selector=BENCH_LABEL, _preload_content=False)
+            return sum(
+                any(
+                    x["type"] == "Ready" and x["status"] == "True"
+                    for x in n["status"].get("conditions") or []
+                )
+                for n in json.loads(resp.data)["items"]
+            )
+
+        wait_until("KWOK nodes Ready", lambda: ready_nodes() == args.nodes, 600)
+        print(f"{args.nodes} nodes Ready in {time.monotonic() - t:.1f}s", flush=True)
+
+        op = OperatorProcess(c, operator_kubeconfig(c), args.operator_source)
+        watcher = Watcher(core)
+        watcher.start()
+        time.sleep(5)  # the operator's initial LISTs and watches, before anything is measured
+
+        rng = random.Random(args.seed)
+        sizes, weights = zip(*JOB_SIZES, strict=True)
+        jobs = [
+            {
+                "apiVersion": "kubegan.io/v1alpha1",
+                "kind": "GANTrainingJob",
+                "metadata": {"name": f"bench-{j:05d}", "namespace": NAMESPACE},
+                "spec": job_spec(rng.choices(sizes, weights)[0], spot_never=j % 4 == 3),
+            }
+            for j in range(args.jobs)
+        ]
+        gpus_asked = sum(j["spec"]["resources"]["gpus"] for j in jobs)
+        applied: dict[str, float] = {}
+
+        def apply(job: dict[str, Any]) -> None:
+            applied[job["metadata"]["name"]] = time.monotonic()
+            custom.create_namespaced_custom_object(
+                "kubegan.io", "v1alpha1", NAMESPACE, "gantrainingjobs", job,
+                _preload_content=False,
+            )  # fmt: skip
+
+        before_apply = apiserver_counts(c)
+        t_apply = time.monotonic()
+        in_parallel(apply, jobs)
+        print(f"{args.jobs} jobs ({gpus_asked} GPUs) applied in "
+              f"{time.monotonic() - t_apply:.1f}s", flush=True)  # fmt: skip
+        names = [j["metadata"]["name"] for j in jobs]
+        wait_until(
+            "every job bound",
+            lambda: all(watcher.bound_after(n, -1) is not None for n in names),
+            args.timeout,
+        )
+        bound = {n: b - applied[n] for n in names if (b := watcher.bound_after(n, -1)) is not None}
+        after_bound = apiserver_counts(c)
+        print(f"{len(bound)}/{len(names)} jobs bound", flush=True)
+
+        # Steady: every job running, nothing changing. What the operator sends now is its
+        # idle cost.
+        time.sleep(5)
+        s0 = apiserver_counts(c)
+        time.sleep(args.steady)
+        steady = apiserver_counts(c) - s0
+
+        # Rebound: delete nodes that run workers, of distinct jobs.
+        by_job: dict[str, PodSeen] = {}
+        for p in sorted(watcher.running_workers(), key=lambda p: p.node):
+            by_job.setdefault(p.job, p)
+        victims = rng.sample(sorted(by_job.values(), key=lambda p: p.job), args.delete_nodes)
+        attempts = {
+            p.job: max(q.attempt for q in watcher.running_workers() if q.job == p.job)
+            for p in victims
+        }
+        deleted_at: dict[str, float] = {}
+
+        def delete(p: PodSeen) -> None:
+            deleted_at[p.job] = time.monotonic()
+            core.delete_node(p.node, _preload_content=False)
+
+        in_parallel(delete, victims)
+        wait_until(
+            "every disrupted job bound again",
+            lambda: all(watcher.bound_after(j, a) is not None for j, a in attempts.items()),
+            args.timeout,
+        )
+        rebound = {
+            j: b - deleted_at[j]
+            for j, a in attempts.items()
+            if (b := watcher.bound_after(j, a)) is not None
+        }
+        result = {
+            "nodes": args.nodes,
+            "jobs": args.jobs,
+            "gpus_asked": gpus_asked,
+            "bound": sorted(bound.values()),
+            "unbound": len(names) - len(bound),
+            "rebound": sorted(rebound.values()),
+            "not_rebound": len(attempts) - len(rebound),
+            "steady_s": args.steady,
+            "steady": steady,
+            "bound_phase": after_bound - before_apply,
+            "rss_mib": op.peak_rss_mib(),
+        }
+    finally:
+        if watcher is not None:
+            watcher.stop.set()
+        if op is not None:
+            op.stop()
+        if args.keep_cluster:
+            c.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+            c.kubectl("delete", "nodes", "-l", BENCH_LABEL, "--wait=false", check=False)
+        else:
+            c.down()
+    return result
+
+
+def fmt(x: float) -> str:
+    return "nan" if x != x else f"{x:.2f}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--nodes", type=int, default=100)
+    p.add_argument("--jobs", type=int, default=50)
+    p.add_argument("--pools", type=int, default=4, help="node pools; every other one is spot")
+    p.add_argument("--steady", type=float, default=60.0, help="seconds of the steady phase")
+    p.add_argument("--delete-nodes", type=int, default=0, help="default: max(2, jobs // 25)")
+    p.add_argument("--timeout", type=float, default=600.0, help="per phase, seconds")
+    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--cluster-dir", type=Path, default=ROOT / ".cluster-bench")
+    p.add_argument("--base-port", type=int, default=16443, help="apiserver; others above it")
+    p.add_argument("--keep-cluster", action="store_true", help="leave the control plane up")
+    p.add_argument(
+        "--operator-source",
+        type=Path,
+        default=ROOT,
+        help="a tree with operator/ and trainer/ to run the operator from, e.g. a `git archive`\n"
+        "of an earlier commit for before/after numbers (default: this checkout)",
+    )
+    p.add_argument("--plan-sizes", default="1000,5000")
+    p.add_argument("--plan-only", action="store_true", help="only the plan() timing table")
+    args = p.parse_args()
+    args.delete_nodes = args.delete_nodes or max(2, args.jobs // 25)
+
+    rows = plan_table([int(n) for n in args.plan_sizes.split(",") if n], args.pools, 5)
+    print("\nplan() (pure; half the nodes taken; best of 5):")
+    print("| nodes | job GPUs | build_inventory ms | plan ms |")
+    print("|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['nodes']} | {r['gpus']} | {r['build_inventory_ms']:.1f} | {r['plan_ms']:.1f} |"
+        )
+    if args.plan_only:
+        return 0
+
+    r = run_cluster(args)
+    bound, rebound = r["bound"], r["rebound"]
+    steady, phase = r["steady"], r["bound_phase"]
+    per_job = phase.operator_requests / max(1, r["jobs"])
+    print(f"\noperator at scale: {r['nodes']} nodes, {r['jobs']} jobs ({r['gpus_asked']} GPUs)")
+    print("| measure | value |")
+    print("|---|---:|")
+    table = [
+        ("jobs bound / not bound", f"{len(bound)} / {r['unbound']}"),
+        ("bound p50 / p99 / max (s)", f"{fmt(pctl(bound, 50))} / {fmt(pctl(bound, 99))} / "
+         f"{fmt(max(bound, default=float('nan')))}"),
+        ("nodes deleted / jobs not bound again", f"{len(rebound) + r['not_rebound']} / "
+         f"{r['not_rebound']}"),
+        ("rebound p50 / p99 (s)", f"{fmt(pctl(rebound, 50))} / {fmt(pctl(rebound, 99))}"),
+        ("operator requests, apply -> all bound", f"{phase.operator_requests:.0f}"),
+        ("operator LISTs, apply -> all bound", f"{phase.operator_lists:.0f}"),
+        (f"operator LISTs, steady {r['steady_s']:.0f}s", f"{steady.operator_lists:.0f}"),
+        (f"operator requests, steady {r['steady_s']:.0f}s", f"{steady.operator_requests:.0f}"),
+        (f"all clients' LISTs, steady {r['steady_s']:.0f}s", f"{steady.all_lists:.0f}"),
+        ("operator peak RSS (MiB)", f"{r['rss_mib']:.0f}"),
+    ]  # fmt: skip
+    for k, v in table:
+        print(f"| {k} | {v} |")
+    print(
+        f"operator-scale: nodes={r['nodes']} jobs={r['jobs']} "
+        f"bound_p50_s={fmt(pctl(bound, 50))} bound_p99_s={fmt(pctl(bound, 99))} "
+        f"rebound_p50_s={fmt(pctl(rebound, 50))} rebound_p99_s={fmt(pctl(rebound, 99))} "
+        f"operator_lists={steady.operator_lists:.0f} apiserver_requests_per_job={per_job:.1f} "
+        f"rss_mib={r['rss_mib']:.0f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
