@@ -4,9 +4,11 @@
 # Idempotent: does nothing when every package is already installed. The Debian package
 # enables a systemd service; the tests never use it (they start their own `prometheus` on a
 # free port with a temporary config and storage), so we do not start or enable anything.
+# KUBEGAN_DEBIAN_PACKAGES="a b c" installs that list instead (hack/build-node-binaries.sh uses
+# it for containerd, runc and the CNI plugins; their services are not started either).
 set -euo pipefail
 
-PACKAGES=(prometheus)
+read -ra PACKAGES <<<"${KUBEGAN_DEBIAN_PACKAGES:-prometheus}"
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
