@@ -191,6 +191,7 @@ start_apiserver() {
       --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
       --service-cluster-ip-range="$SERVICE_CIDR" \
       --endpoint-reconciler-type=none \
+      --kubelet-preferred-address-types=InternalIP,Hostname \
       --allow-privileged=true --profiling=false --anonymous-auth=true \
       --enable-bootstrap-token-auth=false --event-ttl=1h
   fi
