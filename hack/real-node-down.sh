@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Remove every real node started by hack/real-node-up.sh: kubelets, pod containers and their
+# network namespaces, containerd and its shims, mounts under the node directories, cgroups,
+# node network namespaces, veths, routes, the host bridge kg-nodes, the apiserver relay, the
+# Node objects, and the state in <cluster dir>/real-nodes and /run/kubegan-real.
+# Only one cluster dir at a time can own real nodes on a machine (real-node-up.sh checks), so
+# this removes every kubegan-real-* node it finds, also ones whose state dir is already gone.
+# Safe to run twice. Leaves the control plane alone.
+set -Eeuo pipefail
+trap 'echo "real-node-down.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+# shellcheck source=hack/real-node-lib.sh
+source "$HACK_DIR/real-node-lib.sh"
+if [[ -s "$NET_OWNER" ]]; then   # the cluster that owns the real nodes, if not ours
+  CLUSTER_DIR="$(cat "$NET_OWNER")"; ADMIN_KUBECONFIG="$CLUSTER_DIR/kubeconfig"
+  STATE_ROOT="$CLUSTER_DIR/real-nodes"; LOGS="$STATE_ROOT/logs"; PIDS="$STATE_ROOT/pids"
+fi
+
+log() { printf '[real-node-down %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+stop_pid() {  # stop_pid <pid>: TERM, then KILL after 10 s
+  local pid="$1" n
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((n = 0; n < 100; n++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  for ((n = 0; n < 50; n++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+}
+stop_named() {  # stop_named <pid-file name>
+  if pid_alive "$1"; then log "stopping $1"; stop_pid "$(cat "$PIDS/$1.pid")"; fi
+  rm -f "$PIDS/$1.pid"
+}
+pids_with_arg() {  # processes whose command line contains the string (our unique paths only)
+  local needle="$1" p
+  for p in /proc/[0-9]*; do
+    grep -qaF -- "$needle" "$p/cmdline" 2>/dev/null && echo "${p#/proc/}"
+  done
+  return 0
+}
+unmount_under() {  # unmount everything mounted below a directory, deepest first
+  local dir="$1" m
+  [[ -n "$dir" && "$dir" == /*/* ]] || return 0
+  awk -v d="$dir/" 'index($5 "/", d) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
+  done
+}
+node_indices() {  # every node index found anywhere (state dirs, run dirs, netns, cgroups)
+  {
+    compgen -G "$STATE_ROOT/kubegan-real-*" || true
+    compgen -G "$RUN_ROOT/kubegan-real-*" || true
+    compgen -G "/sys/fs/cgroup/cpu/$CGROUP_PARENT/kubegan-real-*" || true
+    ip netns list 2>/dev/null | awk '{print $1}' | grep '^kg-real-' || true
+  } | sed -n 's/.*\(kubegan-real-\|kg-real-\)\([0-9][0-9]*\)$/\2/p' | sort -un
+}
+
+remove_node() {  # remove_node <i>
+  local i="$1" node ns dir run sock
+  node="$(node_name "$i")"; ns="$(netns_name "$i")"; dir="$(node_dir "$i")"; run="$(node_run_dir "$i")"
+  sock="$run/containerd.sock"
+  log "removing $node"
+  stop_named "kubelet-$node"
+  local p; for p in $(pids_with_arg "$dir/kubelet.yaml"); do stop_pid "$p"; done
+  # Pod sandboxes and containers: kill the tasks, release the pods' network namespaces.
+  if [[ -S "$sock" ]] && ctr --address "$sock" version >/dev/null 2>&1; then
+    local id netns_paths=()
+    for id in $(ctr --address "$sock" -n k8s.io containers ls -q 2>/dev/null); do
+      rm -f "/var/lib/cni/results/cni-loopback-$id-lo"   # libcni's result cache (no CNI DEL ran)
+      while read -r p; do [[ -n "$p" ]] && netns_paths+=("$p"); done < <(
+        ctr --address "$sock" -n k8s.io containers info "$id" 2>/dev/null \
+          | jq -r '.Spec.linux.namespaces[]? | select(.type == "network") | .path // empty' 2>/dev/null || true)
+      ctr --address "$sock" -n k8s.io tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+    done
+    sleep 1
+    for id in $(ctr --address "$sock" -n k8s.io containers ls -q 2>/dev/null); do
+      ctr --address "$sock" -n k8s.io tasks rm -f "$id" >/dev/null 2>&1 || true
+      ctr --address "$sock" -n k8s.io containers rm "$id" >/dev/null 2>&1 || true
+    done
+    for p in "${netns_paths[@]}"; do
+      case "$p" in /run/netns/cni-*|/var/run/netns/cni-*)
+        umount "$p" 2>/dev/null || true; rm -f "$p" ;;
+      esac
+    done
+  fi
+  stop_named "containerd-$node"
+  for p in $(pids_with_arg "$dir/containerd.toml"); do stop_pid "$p"; done
+  for p in $(pids_with_arg "$sock"); do stop_pid "$p"; done   # containerd-shim-runc-v2 -address <sock>
+  # Whatever still runs in the node's cgroups is one of its containers.
+  local cg
+  for cg in /sys/fs/cgroup/*/"$CGROUP_PARENT/$node"; do
+    [[ -d "$cg" ]] || continue
+    find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | while read -r p; do
+      kill -KILL "$p" 2>/dev/null || true
+    done
+  done
+  unmount_under "$dir"; unmount_under "$run"
+  for cg in /sys/fs/cgroup/*/"$CGROUP_PARENT/$node"; do
+    [[ -d "$cg" ]] || continue
+    find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || sleep 1
+    [[ ! -d "$cg" ]] || find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || log "could not remove cgroup $cg"
+  done
+  rm -f /var/lib/cni/results/"kubegan-$node"-*
+  ip route del "$(pod_cidr "$i")" 2>/dev/null || true
+  if ip netns list | awk '{print $1}' | grep -qx "$ns"; then ip netns del "$ns"; fi
+  ip link del "kgn-h$i" 2>/dev/null || true
+  rm -rf "$dir" "$run"
+  if [[ -s "$ADMIN_KUBECONFIG" && -x "$CLUSTER_DIR/bin/kubectl" ]]; then
+    kubectl delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  fi
+}
+
+main() {
+  [[ $(id -u) -eq 0 ]] || { echo "real-node-down: needs root" >&2; exit 1; }
+  local i
+  for i in $(node_indices); do remove_node "$i"; done
+  stop_named apiserver-relay
+  local p; for p in $(pids_with_arg "bind=$HOST_BRIDGE_IP"); do stop_pid "$p"; done
+  if ip link show "$HOST_BRIDGE" >/dev/null 2>&1; then ip link del "$HOST_BRIDGE"; log "deleted bridge $HOST_BRIDGE"; fi
+  local cg; for cg in /sys/fs/cgroup/*/"$CGROUP_PARENT"; do [[ -d "$cg" ]] && rmdir "$cg" 2>/dev/null || true; done
+  unmount_under "$STATE_ROOT"; unmount_under "$RUN_ROOT"
+  rm -rf "$STATE_ROOT" "$RUN_ROOT"
+  # containerd 1.6 keeps shim sockets and fifos in fixed places; remove those dirs when empty.
+  local d
+  for d in /run/containerd/s /run/containerd/fifo /run/containerd/runc/k8s.io /run/containerd/runc \
+           /run/containerd /var/lib/cni/results /var/lib/cni; do
+    [[ -d "$d" ]] && rmdir "$d" 2>/dev/null || true
+  done
+  log "real nodes removed"
+}
+
+main "$@"
