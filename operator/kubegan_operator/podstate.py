@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from kubegan_operator.names import WORKER_INDEX_LABEL
 from kubegan_operator.render import CONTAINER_NAME
 
 # Pod status reasons set by the kubelet or node lifecycle when the node, not the code, ended it.
@@ -56,7 +57,7 @@ def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerSt
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     name = meta.get("name", "")
-    index = int((meta.get("labels") or {}).get("kubegan.io/worker-index", "-1"))
+    index = int((meta.get("labels") or {}).get(WORKER_INDEX_LABEL, "-1"))
     node = (pod.get("spec") or {}).get("nodeName") or ""
 
     def state(outcome: Outcome, detail: str = "") -> WorkerState:

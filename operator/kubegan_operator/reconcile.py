@@ -3,6 +3,13 @@
 Level-based, so the operator may die at any point and pick up where it was: pods have fixed
 names (a second create is a harmless conflict), each gang generation carries an `attempt`
 label, and counters are written to status *before* the old gang is deleted.
+
+`reconcile()` runs small steps over one `Context`, in order, until one says the job needs
+nothing more this time: finished, suspended, deadline, record start, stale gang, shared
+objects, create gang, release gang, then watch the released gang (succeeded, failed,
+running, waiting). Steps read the observed state and write only the new status and the
+`Decision`; the phase changes in one place, `transition()`, which also keeps the mutually
+exclusive conditions and the cost accrual in step with it.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,17 +33,14 @@ from kubegan_operator.api import (
     Phase,
     PlacementStatus,
     ProgressStatus,
+    RunPolicySpec,
 )
 from kubegan_operator.loading import validation_problems
+from kubegan_operator.names import ATTEMPT_LABEL, worker_name
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, WorkerState, classify, is_gated
 from kubegan_operator.progress import ProgressUpdate
-from kubegan_operator.render import (
-    ATTEMPT_LABEL,
-    render_config_map,
-    render_pod,
-    render_service,
-)
+from kubegan_operator.render import render_config_map, render_pod, render_service
 
 TERMINAL = (Phase.succeeded, Phase.failed)
 # Cost in status is brought up to date at least this often while running; more often would
@@ -43,6 +49,46 @@ COST_ACCRUAL_SECONDS = 30.0
 # A released gang whose workers the scheduler still cannot bind after this long is planned
 # again (its plan went stale: other pods took the capacity meanwhile).
 REPLAN_AFTER_SECONDS = 120.0
+
+
+class ConditionType(StrEnum):
+    # Mutually exclusive, set only by transition(): which phase the job is in.
+    running = "Running"
+    restarting = "Restarting"
+    succeeded = "Succeeded"
+    failed = "Failed"
+    suspended = "Suspended"
+    # Independent of the phase.
+    unschedulable = "Unschedulable"
+    created = "Created"
+    checkpoints_persistent = "CheckpointsPersistent"
+
+
+class Reason(StrEnum):
+    """Condition and event reasons (CamelCase, as Kubernetes writes them)."""
+
+    suspended = "Suspended"
+    resumed = "Resumed"
+    deadline_exceeded = "DeadlineExceeded"
+    no_claim = "NoClaim"
+    claim_mounted = "ClaimMounted"
+    no_fit = "NoFit"
+    unschedulable = "Unschedulable"
+    planned = "Planned"
+    workers_created = "WorkersCreated"
+    finished = "Finished"
+    succeeded = "Succeeded"
+    running = "Running"
+    all_workers_running = "AllWorkersRunning"
+    scheduled = "Scheduled"
+    scheduler_waiting = "SchedulerWaiting"
+    replanning = "Replanning"
+    restarting = "Restarting"
+    preempted = "Preempted"
+    worker_failed = "WorkerFailed"
+    max_preemptions_exceeded = "MaxPreemptionsExceeded"
+    backoff_limit_exceeded = "BackoffLimitExceeded"
+    invalid_spec = "InvalidSpec"
 
 
 @dataclass
@@ -73,7 +119,8 @@ def parse_time(value: str | None) -> datetime | None:
 def set_condition(
     status: GANTrainingJobStatus, type_: str, value: bool, reason: str, message: str, now: str
 ) -> None:
-    wanted = "True" if value else "False"
+    # Plain str: the status is compared and dumped as JSON, where an enum member must not leak.
+    type_, reason, wanted = str(type_), str(reason), "True" if value else "False"
     for cond in status.conditions:
         if cond.type == type_:
             if cond.status != wanted:
@@ -87,11 +134,98 @@ def set_condition(
     )
 
 
-def _pod_attempt(pod: Mapping[str, Any]) -> int:
-    try:
-        return int(((pod.get("metadata") or {}).get("labels") or {}).get(ATTEMPT_LABEL, "-1"))
-    except ValueError:
-        return -1
+def transition(
+    st: GANTrainingJobStatus,
+    to: Phase,
+    now: datetime,
+    reason: Reason = Reason.running,
+    message: str = "",
+) -> None:
+    """Move the job to phase `to`: the one place the phase, its mutually exclusive conditions
+    and cost accrual change. Cost accrues only while Running: entering Running opens (or, at
+    most every COST_ACCRUAL_SECONDS, brings up to date) an interval; any other phase closes
+    it. A gang that is Restarting stays Restarting while it waits (`to` Pending) until it
+    runs or fails: that it restarts is what a user wants to see."""
+    ts = now_iso(now)
+    _accrue(st, now, running=to == Phase.running)
+    if st.phase == Phase.suspended and to != Phase.suspended:
+        set_condition(
+            st, ConditionType.suspended, False, Reason.resumed, "runPolicy.suspend is false", ts
+        )
+    if to in TERMINAL:
+        st.completion_time = ts
+        ended = ConditionType.succeeded if to == Phase.succeeded else ConditionType.failed
+        set_condition(st, ConditionType.running, False, reason, message, ts)
+        set_condition(st, ended, True, reason, message, ts)
+    elif to == Phase.restarting:
+        set_condition(st, ConditionType.running, False, Reason.restarting, message, ts)
+        set_condition(st, ConditionType.restarting, True, reason, message, ts)
+    elif to == Phase.running:
+        set_condition(st, ConditionType.running, True, Reason.all_workers_running, message, ts)
+        set_condition(st, ConditionType.restarting, False, Reason.all_workers_running, "", ts)
+    elif to == Phase.suspended:
+        set_condition(
+            st, ConditionType.suspended, True, Reason.suspended, "runPolicy.suspend is true", ts
+        )
+    elif st.phase == Phase.restarting:  # to Pending
+        return
+    st.phase = to
+
+
+# ---- the context the steps share ------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    job: GANTrainingJob
+    uid: str | None
+    pods: list[Mapping[str, Any]]  # every pod the job owns
+    current: list[Mapping[str, Any]]  # of the current attempt
+    stale: list[Mapping[str, Any]]  # of earlier attempts, still going away
+    node_ready: Mapping[str, bool]
+    now: datetime
+    make_plan: Callable[[], Plan]
+    have_service: bool
+    have_config_map: bool
+    st: GANTrainingJobStatus  # the new status, written by the steps
+    d: Decision = field(default_factory=Decision)
+
+    @cached_property
+    def workers(self) -> list[WorkerState]:
+        """The current gang's workers, classified (read only once the gang is complete)."""
+        return sorted((classify(p, self.node_ready) for p in self.current), key=lambda w: w.index)
+
+    @property
+    def ts(self) -> str:
+        return now_iso(self.now)
+
+    @property
+    def policy(self) -> RunPolicySpec:
+        return self.job.spec.run_policy
+
+    def condition(
+        self, type_: ConditionType, value: bool, reason: Reason, message: str = ""
+    ) -> None:
+        set_condition(self.st, type_, value, reason, message, self.ts)
+
+    def event(self, type_: str, reason: Reason, message: str) -> None:
+        self.d.events.append((type_, str(reason), message))
+
+    def delete(self, pods: list[Mapping[str, Any]], which: str = "unfinished") -> None:
+        """Delete `which` of `pods`: "live" ones (not being deleted yet), "unfinished" ones
+        (live, or stuck in deletion on a gone or NotReady node: force those), or "all"."""
+        self.d.delete_pods += [
+            (_name(p), _force(p, self.node_ready))
+            for p in pods
+            if which == "all"
+            or not (p.get("metadata") or {}).get("deletionTimestamp")
+            or (which == "unfinished" and _force(p, self.node_ready))
+        ]
+
+
+# A step returns True when the job needs nothing more this time (the remaining steps would
+# act on a state this step is about to change).
+Step = Callable[[Context], bool]
 
 
 def reconcile(
@@ -106,8 +240,6 @@ def reconcile(
     progress: ProgressUpdate | None = None,
 ) -> Decision:
     """`progress` is what worker 0's metrics said, when they could be read."""
-    d = Decision()
-    meta = raw.get("metadata") or {}
     try:
         job = GANTrainingJob.model_validate(
             {k: raw.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
@@ -117,273 +249,309 @@ def reconcile(
         return _invalid(raw, "; ".join(validation_problems(err)), now)
     old = GANTrainingJobStatus.model_validate(raw.get("status") or {})
     st = old.model_copy(deep=True)
-    ts = now_iso(now)
-    spec, policy = job.spec, job.spec.run_policy
-    st.observed_generation = meta.get("generation")
-    st.progress = st.progress or ProgressStatus()
-    st.progress.epochs = spec.training.epochs
-    if progress is not None:
-        st.progress.epoch = progress.epoch
-        if progress.last_epoch_seconds is not None:
-            st.progress.last_epoch_seconds = round(progress.last_epoch_seconds, 3)
-        if progress.checkpoint is not None:
-            epoch, step, when = progress.checkpoint
-            st.last_checkpoint = CheckpointStatus(
-                epoch=epoch, step=step, time=now_iso(datetime.fromtimestamp(when, UTC))
-            )
+    st.observed_generation = (raw.get("metadata") or {}).get("generation")
+    _record_progress(st, job, progress)
     st.cost = st.cost or CostStatus()
+    ctx = Context(
+        job=job,
+        uid=(raw.get("metadata") or {}).get("uid"),
+        pods=pods,
+        current=[p for p in pods if _pod_attempt(p) == st.attempt],
+        stale=[p for p in pods if _pod_attempt(p) != st.attempt],
+        node_ready=node_ready,
+        now=now,
+        make_plan=make_plan,
+        have_service=have_service,
+        have_config_map=have_config_map,
+        st=st,
+    )
+    for step in STEPS:
+        if step(ctx):
+            break
+    return _finish(ctx.d, old, ctx.st)
 
-    current = [p for p in pods if _pod_attempt(p) == st.attempt]
-    stale = [p for p in pods if _pod_attempt(p) != st.attempt]
 
-    # ---- finished jobs: clean up, then wait for the TTL ----------------------------------
-    if st.phase in TERMINAL:
-        d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
-        if policy.ttl_seconds_after_finished is not None:
-            done = parse_time(st.completion_time) or now
-            left = policy.ttl_seconds_after_finished - (now - done).total_seconds()
-            if left <= 0:
-                d.delete_job = True
-            else:
-                d.requeue_after = left
-        return _finish(d, old, st)
+def _record_progress(
+    st: GANTrainingJobStatus, job: GANTrainingJob, progress: ProgressUpdate | None
+) -> None:
+    st.progress = st.progress or ProgressStatus()
+    st.progress.epochs = job.spec.training.epochs
+    if progress is None:
+        return
+    st.progress.epoch = progress.epoch
+    if progress.last_epoch_seconds is not None:
+        st.progress.last_epoch_seconds = round(progress.last_epoch_seconds, 3)
+    if progress.checkpoint is not None:
+        epoch, step, when = progress.checkpoint
+        st.last_checkpoint = CheckpointStatus(
+            epoch=epoch, step=step, time=now_iso(datetime.fromtimestamp(when, UTC))
+        )
 
-    # ---- suspension ------------------------------------------------------------------------
-    if policy.suspend:
-        d.delete_pods += [
-            (_name(p), _force(p, node_ready))
-            for p in pods
-            if not (p.get("metadata") or {}).get("deletionTimestamp")
-        ]
-        if st.phase != Phase.suspended:
-            d.events.append(("Normal", "Suspended", "runPolicy.suspend is true; workers deleted"))
+
+# ---- the steps, in order --------------------------------------------------------------------
+
+
+def finished(c: Context) -> bool:
+    """A finished job: clean up its pods, then wait for the TTL."""
+    if c.st.phase not in TERMINAL:
+        return False
+    c.d.delete_pods += _clean_pods(c.pods, c.policy.clean_pod_policy, c.node_ready)
+    ttl = c.policy.ttl_seconds_after_finished
+    if ttl is not None:
+        done = parse_time(c.st.completion_time) or c.now
+        left = ttl - (c.now - done).total_seconds()
+        if left <= 0:
+            c.d.delete_job = True
+        else:
+            c.d.requeue_after = left
+    return True
+
+
+def suspended(c: Context) -> bool:
+    if c.policy.suspend:
+        c.delete(c.pods, "live")
+        if c.st.phase != Phase.suspended:
+            c.event("Normal", Reason.suspended, "runPolicy.suspend is true; workers deleted")
             # The deleted gang's exits (SIGTERM, 143) belong to a finished attempt.
-            if pods:
-                st.attempt += 1
-        st.phase = Phase.suspended
-        set_condition(st, "Suspended", True, "Suspended", "runPolicy.suspend is true", ts)
-        _accrue(st, now, running=False)
-        return _finish(d, old, st)
-    if st.phase == Phase.suspended:
-        st.phase = Phase.pending
-        set_condition(st, "Suspended", False, "Resumed", "runPolicy.suspend is false", ts)
-        d.events.append(("Normal", "Resumed", "runPolicy.suspend is false; starting workers"))
+            if c.pods:
+                c.st.attempt += 1
+        transition(c.st, Phase.suspended, c.now)
+        return True
+    if c.st.phase == Phase.suspended:
+        transition(c.st, Phase.pending, c.now)  # says Resumed
+        c.event("Normal", Reason.resumed, "runPolicy.suspend is false; starting workers")
+    return False
 
-    # ---- deadline --------------------------------------------------------------------------
-    started = parse_time(st.start_time)
-    if policy.active_deadline_seconds is not None and started is not None:
-        elapsed = (now - started).total_seconds()
-        if elapsed >= policy.active_deadline_seconds:
-            _fail(
-                st,
-                d,
-                "DeadlineExceeded",
-                f"ran {elapsed:.0f}s, runPolicy.activeDeadlineSeconds is "
-                f"{policy.active_deadline_seconds}",
-                ts,
-                now,
-            )
-            d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
-            return _finish(d, old, st)
-        d.requeue_after = policy.active_deadline_seconds - elapsed
 
-    if st.start_time is None:
-        st.start_time = ts
-    if not spec.checkpoint.claim_name:
-        set_condition(
-            st,
-            "CheckpointsPersistent",
+def deadline(c: Context) -> bool:
+    limit, started = c.policy.active_deadline_seconds, parse_time(c.st.start_time)
+    if limit is None or started is None:
+        return False
+    elapsed = (c.now - started).total_seconds()
+    if elapsed < limit:
+        c.d.requeue_after = limit - elapsed
+        return False
+    _fail(
+        c.st,
+        c.d,
+        Reason.deadline_exceeded,
+        f"ran {elapsed:.0f}s, runPolicy.activeDeadlineSeconds is {limit}",
+        c.now,
+    )
+    c.d.delete_pods += _clean_pods(c.pods, c.policy.clean_pod_policy, c.node_ready)
+    return True
+
+
+def record_start(c: Context) -> bool:
+    if c.st.start_time is None:
+        c.st.start_time = c.ts
+    claim = c.job.spec.checkpoint.claim_name
+    if claim:
+        c.condition(
+            ConditionType.checkpoints_persistent,
+            True,
+            Reason.claim_mounted,
+            f"checkpoints on PVC {claim}",
+        )
+    else:
+        c.condition(
+            ConditionType.checkpoints_persistent,
             False,
-            "NoClaim",
+            Reason.no_claim,
             "checkpoint.claimName is empty: checkpoints live in the pod and a "
             "restarted gang starts from scratch",
-            ts,
         )
-    else:
-        set_condition(
-            st,
-            "CheckpointsPersistent",
-            True,
-            "ClaimMounted",
-            f"checkpoints on PVC {spec.checkpoint.claim_name}",
-            ts,
-        )
+    return False
 
-    # ---- an earlier gang still going away --------------------------------------------------
-    if stale:
-        d.delete_pods += [
-            (_name(p), _force(p, node_ready))
-            for p in stale
-            if not (p.get("metadata") or {}).get("deletionTimestamp") or _force(p, node_ready)
-        ]
-        _accrue(st, now, running=False)
-        return _finish(d, old, st)
 
-    uid = meta.get("uid")
-    if not have_service:
-        d.create.append(render_service(job, _stored_plan(st) or Plan(True), uid))
-    if not have_config_map:
-        d.create.append(render_config_map(job, uid))
+def stale_gang(c: Context) -> bool:
+    """An earlier gang still going away: nothing new starts until it is gone."""
+    if not c.stale:
+        return False
+    c.delete(c.stale)
+    transition(c.st, Phase.pending, c.now)
+    return True
 
-    # ---- no gang yet: plan and create it ---------------------------------------------------
-    if not current:
-        plan = make_plan()
-        if not plan.feasible:
-            if st.phase != Phase.restarting:
-                st.phase = Phase.pending
-            was = next((c for c in st.conditions if c.type == "Unschedulable"), None)
-            if was is None or was.status != "True" or was.message != plan.reason:
-                d.events.append(("Warning", "Unschedulable", plan.reason))
-            set_condition(st, "Unschedulable", True, "NoFit", plan.reason, ts)
-            _accrue(st, now, running=False)
-            return _finish(d, old, st)
-        set_condition(
-            st,
-            "Unschedulable",
-            False,
-            "Planned",
-            f"{plan.workers} worker(s) x {plan.gpus_per_worker or plan.tpu_chips_per_worker}"
-            f" accelerator(s) on {', '.join(plan.nodes)}",
-            ts,
-        )
-        st.plan = plan.to_json()
-        st.placement = PlacementStatus(
-            workers=plan.workers,
-            gpus_per_worker=plan.gpus_per_worker,
-            nodes=list(plan.nodes),
-            spot=plan.spot,
-        )
-        st.cost.rate_per_hour = plan.cost_per_hour
-        d.create += [
-            render_pod(job, plan, i, uid=uid, attempt=st.attempt) for i in range(plan.workers)
-        ]
-        set_condition(
-            st,
-            "Created",
-            True,
-            "WorkersCreated",
-            f"attempt {st.attempt}: {plan.workers} worker(s) created, gated until all exist",
-            ts,
-        )
-        d.events.append(
-            (
-                "Normal",
-                "WorkersCreated",
-                f"attempt {st.attempt}: {plan.workers} worker(s), strategy "
-                f"{plan.strategy}, nodes {', '.join(plan.nodes)}, "
-                f"${plan.cost_per_hour:.2f}/h",
-            )
-        )
-        st.attempt_created_at = ts
-        _accrue(st, now, running=False)
-        return _finish(d, old, st)
 
-    # ---- the gang exists: finish creating it, open the gate, watch it ---------------------
-    plan = _stored_plan(st)
+def shared_objects(c: Context) -> bool:
+    if not c.have_service:
+        c.d.create.append(render_service(c.job, _stored_plan(c.st) or Plan(True), c.uid))
+    if not c.have_config_map:
+        c.d.create.append(render_config_map(c.job, c.uid))
+    return False
+
+
+def create_gang(c: Context) -> bool:
+    """No gang yet: plan it and create every worker, gated until all of them exist."""
+    if c.current:
+        return False
+    plan = c.make_plan()
+    st = c.st
+    if not plan.feasible:
+        was = next((x for x in st.conditions if x.type == ConditionType.unschedulable), None)
+        if was is None or was.status != "True" or was.message != plan.reason:
+            c.event("Warning", Reason.unschedulable, plan.reason)
+        c.condition(ConditionType.unschedulable, True, Reason.no_fit, plan.reason)
+        transition(st, Phase.pending, c.now)
+        return True
+    c.condition(
+        ConditionType.unschedulable,
+        False,
+        Reason.planned,
+        f"{plan.workers} worker(s) x {plan.gpus_per_worker or plan.tpu_chips_per_worker}"
+        f" accelerator(s) on {', '.join(plan.nodes)}",
+    )
+    st.plan = plan.to_json()
+    st.placement = PlacementStatus(
+        workers=plan.workers,
+        gpus_per_worker=plan.gpus_per_worker,
+        nodes=list(plan.nodes),
+        spot=plan.spot,
+    )
+    assert st.cost is not None
+    st.cost.rate_per_hour = plan.cost_per_hour
+    c.d.create += [
+        render_pod(c.job, plan, i, uid=c.uid, attempt=st.attempt) for i in range(plan.workers)
+    ]
+    c.condition(
+        ConditionType.created,
+        True,
+        Reason.workers_created,
+        f"attempt {st.attempt}: {plan.workers} worker(s) created, gated until all exist",
+    )
+    c.event(
+        "Normal",
+        Reason.workers_created,
+        f"attempt {st.attempt}: {plan.workers} worker(s), strategy {plan.strategy}, nodes "
+        f"{', '.join(plan.nodes)}, ${plan.cost_per_hour:.2f}/h",
+    )
+    st.attempt_created_at = c.ts
+    transition(st, Phase.pending, c.now)
+    return True
+
+
+def release_gang(c: Context) -> bool:
+    """The gang exists: finish creating it, then open the gate for all workers at once."""
+    st, plan = c.st, _stored_plan(c.st)
     if plan is None:
         # Pods we hold no plan for were not created by this operator: start clean.
-        d.delete_pods += [(_name(p), _force(p, node_ready)) for p in current]
-        return _finish(d, old, st)
-    if len(current) < plan.workers and st.released_attempt == st.attempt:
+        c.delete(c.current, "all")
+        return True
+    have = {_name(p) for p in c.current}
+    missing = [i for i in range(plan.workers) if worker_name(c.job.metadata.name, i) not in have]
+    if missing and st.released_attempt == st.attempt:
         # A worker of a released gang vanished (force-deleted, garbage-collected with its
         # node, or gone while the operator was down): its peers cannot go on without it.
-        have = {_name(p) for p in current}
-        missing = next(
-            f"{job.metadata.name}-worker-{i}"
-            for i in range(plan.workers)
-            if f"{job.metadata.name}-worker-{i}" not in have
-        )
-        gone = WorkerState(missing, -1, Outcome.disruption, "the pod vanished")
-        _restart_gang(st, d, job, [gone], pods, node_ready, ts, now)
-        return _finish(d, old, st)
-    if len(current) < plan.workers:
-        have = {_name(p) for p in current}
-        for i in range(plan.workers):
-            pod = render_pod(job, plan, i, uid=uid, attempt=st.attempt)
-            if pod["metadata"]["name"] not in have:
-                d.create.append(pod)
-        _accrue(st, now, running=False)
-        return _finish(d, old, st)
-    if any(is_gated(p) for p in current):
-        d.lift_gates = [_name(p) for p in current if is_gated(p)]
+        name = worker_name(c.job.metadata.name, missing[0])
+        _restart_gang(c, [WorkerState(name, -1, Outcome.disruption, "the pod vanished")])
+        return True
+    if missing:
+        c.d.create += [render_pod(c.job, plan, i, uid=c.uid, attempt=st.attempt) for i in missing]
+        transition(st, Phase.pending, c.now)
+        return True
+    if any(is_gated(p) for p in c.current):
+        c.d.lift_gates = [_name(p) for p in c.current if is_gated(p)]
         st.released_attempt = st.attempt
-        st.released_at = ts
+        st.released_at = c.ts
+    return False
 
-    workers = sorted((classify(p, node_ready) for p in current), key=lambda w: w.index)
-    failed = [w for w in workers if w.outcome in (Outcome.disruption, Outcome.app_failure)]
-    if any(w.index == 0 and w.outcome == Outcome.succeeded for w in workers):
-        st.phase = Phase.succeeded
-        st.completion_time = ts
-        _accrue(st, now, running=False)
-        set_condition(st, "Running", False, "Finished", "worker 0 exited 0", ts)
-        set_condition(
-            st, "Succeeded", True, "Finished", "worker 0 exited 0 after the last epoch", ts
-        )
-        d.events.append(("Normal", "Succeeded", "training finished"))
-        d.delete_pods += _clean_pods(current, policy.clean_pod_policy, node_ready, finished=True)
-        return _finish(d, old, st)
+
+def gang_succeeded(c: Context) -> bool:
+    if not any(w.index == 0 and w.outcome == Outcome.succeeded for w in c.workers):
+        return False
+    transition(
+        c.st, Phase.succeeded, c.now, Reason.finished, "worker 0 exited 0 after the last epoch"
+    )
+    c.event("Normal", Reason.succeeded, "training finished")
+    c.d.delete_pods += _clean_pods(
+        c.current, c.policy.clean_pod_policy, c.node_ready, finished=True
+    )
+    return True
+
+
+def gang_failed(c: Context) -> bool:
+    failed = [w for w in c.workers if w.outcome in (Outcome.disruption, Outcome.app_failure)]
     if failed:
-        _restart_gang(st, d, job, failed, pods, node_ready, ts, now)
-        return _finish(d, old, st)
+        _restart_gang(c, failed)
+    return bool(failed)
 
+
+def gang_running(c: Context) -> bool:
     # Workers other than 0 may finish first (rank 0 writes the last checkpoint and samples).
-    if all(
+    if not all(
         w.outcome == Outcome.running or (w.outcome == Outcome.succeeded and w.index)
-        for w in workers
+        for w in c.workers
     ):
-        if st.phase != Phase.running:
-            created = parse_time(st.attempt_created_at)
-            if created is not None:
-                d.time_to_running = max(0.0, (now - created).total_seconds())
-            d.events.append(("Normal", "Running", f"all {len(workers)} worker(s) running"))
-        _accrue(st, now, running=True)
-        st.phase = Phase.running
-        set_condition(
-            st,
-            "Running",
-            True,
-            "AllWorkersRunning",
-            f"{len(workers)} worker(s) on {', '.join(w.node for w in workers)}",
-            ts,
+        return False
+    st = c.st
+    if st.phase != Phase.running:
+        created = parse_time(st.attempt_created_at)
+        if created is not None:
+            c.d.time_to_running = max(0.0, (c.now - created).total_seconds())
+        c.event("Normal", Reason.running, f"all {len(c.workers)} worker(s) running")
+    transition(
+        st,
+        Phase.running,
+        c.now,
+        message=f"{len(c.workers)} worker(s) on {', '.join(w.node for w in c.workers)}",
+    )
+    c.condition(ConditionType.unschedulable, False, Reason.scheduled, "all workers bound")
+    return True
+
+
+def gang_waiting(c: Context) -> bool:
+    """Released, not all bound yet: say why; plan again when it has waited too long."""
+    st = c.st
+    waiting = [w for w in c.workers if w.outcome == Outcome.pending and w.detail]
+    released = parse_time(st.released_at)
+    if waiting and released and (c.now - released).total_seconds() > REPLAN_AFTER_SECONDS:
+        # Part of the gang could not be bound for minutes (capacity went elsewhere since the
+        # plan): start the gang again from a fresh plan. Nobody failed: count nothing.
+        why = f"{waiting[0].name}: {waiting[0].detail}"
+        st.attempt += 1
+        c.condition(ConditionType.unschedulable, True, Reason.replanning, why)
+        c.event(
+            "Warning",
+            Reason.replanning,
+            f"gang not schedulable for {REPLAN_AFTER_SECONDS:.0f}s, planning again ({why})",
         )
-        set_condition(st, "Restarting", False, "AllWorkersRunning", "", ts)
-        set_condition(st, "Unschedulable", False, "Scheduled", "all workers bound", ts)
-    else:
-        waiting = [w for w in workers if w.outcome == Outcome.pending and w.detail]
-        released = parse_time(st.released_at)
-        if waiting and released and (now - released).total_seconds() > REPLAN_AFTER_SECONDS:
-            # Part of the gang could not be bound for minutes (capacity went elsewhere since
-            # the plan): start the gang again from a fresh plan. Nobody failed: count nothing.
-            why = f"{waiting[0].name}: {waiting[0].detail}"
-            st.attempt += 1
-            st.phase = Phase.pending
-            set_condition(st, "Unschedulable", True, "Replanning", why, ts)
-            d.events.append(
-                (
-                    "Warning",
-                    "Replanning",
-                    f"gang not schedulable for {REPLAN_AFTER_SECONDS:.0f}s, planning again ({why})",
-                )
-            )
-            d.delete_pods += [(_name(p), _force(p, node_ready)) for p in current]
-            _accrue(st, now, running=False)
-            return _finish(d, old, st)
-        if waiting:
-            set_condition(
-                st,
-                "Unschedulable",
-                True,
-                "SchedulerWaiting",
-                f"{waiting[0].name}: {waiting[0].detail}",
-                ts,
-            )
-        _accrue(st, now, running=False)
-        if st.phase not in (Phase.restarting,):
-            st.phase = Phase.pending
-    return _finish(d, old, st)
+        c.delete(c.current, "all")
+    elif waiting:
+        c.condition(
+            ConditionType.unschedulable,
+            True,
+            Reason.scheduler_waiting,
+            f"{waiting[0].name}: {waiting[0].detail}",
+        )
+    transition(st, Phase.pending, c.now)
+    return True
+
+
+STEPS: tuple[Step, ...] = (
+    finished,
+    suspended,
+    deadline,
+    record_start,
+    stale_gang,
+    shared_objects,
+    create_gang,
+    release_gang,
+    # watching the released gang
+    gang_succeeded,
+    gang_failed,
+    gang_running,
+    gang_waiting,
+)
 
 
 # ---- helpers -----------------------------------------------------------------------------
+
+
+def _pod_attempt(pod: Mapping[str, Any]) -> int:
+    try:
+        return int(((pod.get("metadata") or {}).get("labels") or {}).get(ATTEMPT_LABEL, "-1"))
+    except ValueError:
+        return -1
 
 
 def _name(pod: Mapping[str, Any]) -> str:
@@ -419,10 +587,11 @@ def _stored_plan(st: GANTrainingJobStatus) -> Plan | None:
 
 
 def _accrue(st: GANTrainingJobStatus, now: datetime, *, running: bool) -> None:
-    """Bring the cost up to date. `costAccruedAt` is set only while the gang runs: `running`
-    says it still does (batched every COST_ACCRUAL_SECONDS so a running job does not write
-    status on every reconcile); otherwise the interval since the last accrual is closed."""
-    assert st.cost is not None
+    """Bring the cost up to date; only transition() calls this. `costAccruedAt` is set only
+    while the gang runs: `running` says it still does (batched every COST_ACCRUAL_SECONDS so
+    a running job does not write status on every reconcile); otherwise the interval since
+    the last accrual is closed."""
+    st.cost = st.cost or CostStatus()
     last = parse_time(st.cost_accrued_at)
     if last is None:
         st.cost_accrued_at = now_iso(now) if running else None
@@ -435,65 +604,54 @@ def _accrue(st: GANTrainingJobStatus, now: datetime, *, running: bool) -> None:
 
 
 def _fail(
-    st: GANTrainingJobStatus, d: Decision, reason: str, message: str, ts: str, now: datetime
+    st: GANTrainingJobStatus, d: Decision, reason: Reason, message: str, now: datetime
 ) -> None:
-    st.phase = Phase.failed
-    st.completion_time = ts
-    _accrue(st, now, running=False)
-    set_condition(st, "Running", False, reason, message, ts)
-    set_condition(st, "Failed", True, reason, message, ts)
-    d.events.append(("Warning", reason, message))
+    transition(st, Phase.failed, now, reason, message)
+    d.events.append(("Warning", str(reason), message))
 
 
-def _restart_gang(
-    st: GANTrainingJobStatus,
-    d: Decision,
-    job: GANTrainingJob,
-    failed: list[WorkerState],
-    pods: list[Mapping[str, Any]],
-    node_ready: Mapping[str, bool],
-    ts: str,
-    now: datetime,
-) -> None:
-    policy = job.spec.run_policy
+def _restart_gang(c: Context, failed: list[WorkerState]) -> None:
+    """Count what ended the gang; fail the job past its limit, else start the next attempt.
+    Status (with the new attempt) is written before the deletions happen."""
+    st, policy = c.st, c.policy
     disruptions = [w for w in failed if w.outcome == Outcome.disruption]
     first = (disruptions or failed)[0]
     what = f"{first.name}: {first.detail}" if first.detail else first.name
-    _accrue(st, now, running=False)
     if disruptions:
         st.preemptions += 1
         count, limit = st.preemptions, policy.max_preemptions
-        reason, counted, field = "MaxPreemptionsExceeded", "preemptions", "maxPreemptions"
+        reason, counted, field_ = (
+            Reason.max_preemptions_exceeded,
+            "preemptions",
+            "maxPreemptions",
+        )
         event = (
-            "Preempted",
+            Reason.preempted,
             f"infrastructure disruption ({what}); restarting the gang from the latest checkpoint",
         )
     else:
         st.restarts += 1
         count, limit = st.restarts, policy.backoff_limit
-        reason, counted, field = "BackoffLimitExceeded", "application failures", "backoffLimit"
+        reason, counted, field_ = (
+            Reason.backoff_limit_exceeded,
+            "application failures",
+            "backoffLimit",
+        )
         event = (
-            "WorkerFailed",
+            Reason.worker_failed,
             f"application failure ({what}); restart {st.restarts} of {policy.backoff_limit}",
         )
     if limit is not None and count > limit:
-        message = f"{count} {counted}, runPolicy.{field} is {limit}; last: {what}"
+        message = f"{count} {counted}, runPolicy.{field_} is {limit}; last: {what}"
         if disruptions:  # the disruption itself is news even when it ends the job
-            d.events.append(("Warning", *event))
-        _fail(st, d, reason, message, ts, now)
-        d.delete_pods += _clean_pods(pods, policy.clean_pod_policy, node_ready)
+            c.event("Warning", *event)
+        _fail(st, c.d, reason, message, c.now)
+        c.d.delete_pods += _clean_pods(c.pods, policy.clean_pod_policy, c.node_ready)
         return
-    d.events.append(("Warning", *event))
+    c.event("Warning", *event)
     st.attempt += 1
-    st.phase = Phase.restarting
-    set_condition(st, "Running", False, "Restarting", what, ts)
-    set_condition(st, "Restarting", True, "Preempted" if disruptions else "WorkerFailed", what, ts)
-    # Status (with the new attempt) is written before these deletions happen.
-    d.delete_pods += [
-        (_name(p), _force(p, node_ready))
-        for p in pods
-        if not (p.get("metadata") or {}).get("deletionTimestamp") or _force(p, node_ready)
-    ]
+    transition(st, Phase.restarting, c.now, event[0], what)
+    c.delete(c.pods)
 
 
 def _finish(d: Decision, old: GANTrainingJobStatus, st: GANTrainingJobStatus) -> Decision:
@@ -513,7 +671,7 @@ def failed_status(
     """The status of a job failed outside reconcile (e.g. the apiserver refused a worker)."""
     st = GANTrainingJobStatus.model_validate(raw_status or {})
     st.cost = st.cost or CostStatus()
-    _fail(st, Decision(), reason, message, now_iso(now), now)
+    _fail(st, Decision(), Reason(reason), message, now)
     return _status_json(st)
 
 
@@ -523,6 +681,6 @@ def _invalid(raw: Mapping[str, Any], problems: str, now: datetime) -> Decision:
         return Decision()
     d = Decision()
     st.cost = st.cost or CostStatus()
-    _fail(st, d, "InvalidSpec", problems, now_iso(now), now)
+    _fail(st, d, Reason.invalid_spec, problems, now)
     d.status = _status_json(st)
     return d

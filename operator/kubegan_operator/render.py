@@ -22,7 +22,18 @@ from kubegan_trainer.cluster_env import (
 from kubegan_trainer.config import Framework
 
 from kubegan_operator import __version__
-from kubegan_operator.api import API_VERSION, KIND, WORKER_SUFFIX, GANTrainingJob, SpotPolicy
+from kubegan_operator.api import API_VERSION, KIND, GANTrainingJob, SpotPolicy
+
+# Label keys and names live in names.py; callers also find JOB_NAME_LABEL here.
+from kubegan_operator.names import (
+    ATTEMPT_LABEL,
+    GANG_GATE,
+    JOB_NAME_LABEL,
+    WORKER_INDEX_LABEL,
+    config_map_name,
+    service_name,
+    worker_name,
+)
 from kubegan_operator.planner import Plan, job_tolerations
 from kubegan_operator.topology import (
     GPU_RESOURCE,
@@ -34,10 +45,6 @@ from kubegan_operator.topology import (
     TPU_TOPOLOGY_LABEL,
 )
 
-JOB_NAME_LABEL = "kubegan.io/job-name"
-WORKER_INDEX_LABEL = "kubegan.io/worker-index"
-ATTEMPT_LABEL = "kubegan.io/attempt"
-GANG_GATE = "kubegan.io/gang"
 CONTAINER_NAME = "trainer"
 RUN_AS_USER = 1000
 TERMINATION_GRACE_SECONDS = 60
@@ -48,10 +55,6 @@ DEFAULT_IMAGES = {
     Framework.tensorflow: os.environ.get("KUBEGAN_TRAINER_IMAGE_TF")
     or f"ghcr.io/kubegan/trainer-tf:{__version__}",
 }
-
-
-def worker_name(job_name: str, index: int) -> str:
-    return f"{job_name}{WORKER_SUFFIX}{index}"
 
 
 def labels_for(job: GANTrainingJob) -> dict[str, str]:
@@ -104,7 +107,7 @@ def render_service(job: GANTrainingJob, plan: Plan, uid: str | None = None) -> d
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(job, name, uid),
+        "metadata": _metadata(job, service_name(name), uid),
         "spec": {
             "clusterIP": "None",
             # Workers rendezvous before they are Ready; they must resolve each other anyway.
@@ -123,7 +126,7 @@ def render_config_map(job: GANTrainingJob, uid: str | None = None) -> dict[str, 
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(job, f"{job.metadata.name}-config", uid),
+        "metadata": _metadata(job, config_map_name(job.metadata.name), uid),
         "data": {"config.json": json.dumps(config, indent=2, sort_keys=True) + "\n"},
     }
 
@@ -218,7 +221,7 @@ def render_pod(
         requests[TPU_RESOURCE] = limits[TPU_RESOURCE] = str(plan.tpu_chips_per_worker)
 
     volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": f"{name}-config"}},
+        {"name": "config", "configMap": {"name": config_map_name(name)}},
         {"name": "tmp", "emptyDir": {}},
         # NCCL and DataLoader workers need more shared memory than the runtime's 64 MiB.
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
