@@ -65,12 +65,26 @@ def _api_message(err: ApiException) -> str:
         return str(err.reason)
 
 
-def _node_key(node: Mapping[str, Any]) -> tuple[bool, bool]:
+NodeKey = tuple[bool, bool, str, str, str]
+
+
+def _node_key(node: Mapping[str, Any]) -> NodeKey:
+    """What placement reads of a node: readiness, cordon, allocatable, labels, taints. A
+    heartbeat (KWOK's or a kubelet's status refresh: new lastHeartbeatTime, new
+    resourceVersion) changes none of it and so reconciles nothing."""
+    status, spec = node.get("status") or {}, node.get("spec") or {}
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions") or []
+        for c in status.get("conditions") or []
     )
-    return ready, bool((node.get("spec") or {}).get("unschedulable"))
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return (
+        ready,
+        bool(spec.get("unschedulable")),
+        json.dumps(status.get("allocatable") or {}, sort_keys=True),
+        json.dumps(labels, sort_keys=True),
+        json.dumps(spec.get("taints") or [], sort_keys=True),
+    )
 
 
 class Controller:
@@ -88,7 +102,7 @@ class Controller:
         self.namespaces = namespaces or None
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._nodes_seen: dict[str, tuple[bool, bool]] = {}
+        self._nodes_seen: dict[str, NodeKey] = {}
         self._progress: dict[tuple[str, str], tuple[float, TrainerProgress]] = {}
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
