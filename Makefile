@@ -20,6 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	@command -v uv >/dev/null 2>&1 || [ -x "$(UV)" ] || python3 -m pip install --user --quiet uv
 	[ -x $(PY) ] || $(UV) venv --python $(PY_VERSION) --seed $(VENV)
 	$(UV) pip install --python $(PY) -e '.[operator,torch,tensorflow,dev]'
+	PYTHONDONTWRITEBYTECODE= $(PY) hack/warm-bytecode.py
 	touch $@
 
 test: install
