@@ -2,9 +2,10 @@
 digits of the class it is asked for - judged by a classifier trained here on real digits.
 
 Honest numbers (this repo's 2-core CPU, seed 1): the classifier (logistic regression on
-16x16 pixels) scores ~0.92 on held-out real digits; AC-GAN samples score ~0.79 after 25
-epochs (0.10 is chance, 0.42 after 5 epochs). The threshold 0.70 leaves room for
-float differences between machines without accepting a generator that ignores labels.
+16x16 pixels) scores ~0.92 on held-out real digits; AC-GAN samples (ngf/ndf 16, Adam lr
+0.001) score 0.90 after 8 epochs (0.86 and 0.87 with seeds 2 and 3; 0.10 is chance; the
+DCGAN paper's lr 0.0002 needs 25 epochs at ngf 32 for 0.81). The threshold 0.70 leaves room
+for float differences between machines without accepting a generator that ignores labels.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import yaml
 from kubegan_trainer.data.digits import load_digits_dataset
 from kubegan_trainer.local_run import main as local_run_main
 
-EPOCHS = 25
+EPOCHS = 8
 SEED = 1
 THRESHOLD = 0.70
-OPTIONS = {"imageSize": 16, "ngf": 32, "ndf": 32, "latentDim": 64}
+OPTIONS = {"imageSize": 16, "ngf": 16, "ndf": 16, "latentDim": 64}
 
 JOB = {
     "apiVersion": "kubegan.io/v1alpha1",
@@ -34,16 +35,16 @@ JOB = {
             "epochs": EPOCHS,
             "batchSizePerReplica": 32,
             "seed": SEED,
-            "generator": {"optimizer": "adam", "learningRate": 0.0002, "beta1": 0.5},
-            "discriminator": {"optimizer": "adam", "learningRate": 0.0002, "beta1": 0.5},
+            "generator": {"optimizer": "adam", "learningRate": 0.001, "beta1": 0.5},
+            "discriminator": {"optimizer": "adam", "learningRate": 0.001, "beta1": 0.5},
         },
-        "checkpoint": {"intervalEpochs": 5},
+        "checkpoint": {"intervalEpochs": 4},
         "resources": {"workers": 2, "gpusPerWorker": 0},
     },
 }
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(300)
 def test_acgan_digits_samples_are_recognisably_the_requested_class(tmp_path: Path, capsys) -> None:
     from kubegan_trainer.torch_backend.models.acgan import AcganGenerator
     from sklearn.linear_model import LogisticRegression
