@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import math
 import os
 import random
 import re
@@ -497,9 +498,14 @@ class Watcher:
 # ---- the run --------------------------------------------------------------------------------
 
 
-def pctl(values: list[float], q: int) -> float:
+def pctl(values: list[float], q: int, total: int) -> float:
+    """The q-th percentile of `total` samples of which `values` finished; the rest count as
+    never (inf), so a run that timed out does not report the p99 of its fastest jobs."""
+    if len(values) < total:
+        rank = math.ceil(q * total / 100)  # nearest rank
+        return sorted(values)[rank - 1] if rank <= len(values) else math.inf
     if not values:
-        return float("nan")
+        return math.nan
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
@@ -609,7 +615,9 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
         by_job: dict[str, PodSeen] = {}
         for p in sorted(watcher.running_workers(), key=lambda p: p.node):
             by_job.setdefault(p.job, p)
-        victims = rng.sample(sorted(by_job.values(), key=lambda p: p.job), args.delete_nodes)
+        # Fewer when fewer jobs run (an operator that did not bind them all in time).
+        candidates = sorted(by_job.values(), key=lambda p: p.job)
+        victims = rng.sample(candidates, min(args.delete_nodes, len(candidates)))
         attempts = {
             p.job: max(q.attempt for q in watcher.running_workers() if q.job == p.job)
             for p in victims
@@ -683,6 +691,10 @@ def main() -> int:
     p.add_argument("--plan-sizes", default="1000,5000")
     p.add_argument("--plan-only", action="store_true", help="only the plan() timing table")
     args = p.parse_args()
+    # Stopped from outside (also when started in the background, where SIGINT is ignored):
+    # unwind, so the operator is stopped and the control plane torn down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args.delete_nodes = args.delete_nodes or max(2, args.jobs // 25)
 
     rows = plan_table([int(n) for n in args.plan_sizes.split(",") if n], args.pools, 5)
@@ -699,17 +711,22 @@ def main() -> int:
     r = run_cluster(args)
     bound, rebound = r["bound"], r["rebound"]
     steady, phase = r["steady"], r["bound_phase"]
-    per_job = phase.operator_requests / max(1, r["jobs"])
+    n_rebound = len(rebound) + r["not_rebound"]
+    b50, b99 = fmt(pctl(bound, 50, r["jobs"])), fmt(pctl(bound, 99, r["jobs"]))
+    r50, r99 = fmt(pctl(rebound, 50, n_rebound)), fmt(pctl(rebound, 99, n_rebound))
+    # Per job that got through: a run that timed out must not spread its requests over jobs
+    # the operator never reached.
+    per_job = phase.operator_requests / max(1, len(bound))
     print(f"\noperator at scale: {r['nodes']} nodes, {r['jobs']} jobs ({r['gpus_asked']} GPUs)")
     print("| measure | value |")
     print("|---|---:|")
     table = [
         ("jobs bound / not bound", f"{len(bound)} / {r['unbound']}"),
-        ("bound p50 / p99 / max (s)", f"{fmt(pctl(bound, 50))} / {fmt(pctl(bound, 99))} / "
+        ("bound p50 / p99 / max (s)", f"{b50} / {b99} / "
          f"{fmt(max(bound, default=float('nan')))}"),
         ("nodes deleted / jobs not bound again", f"{len(rebound) + r['not_rebound']} / "
          f"{r['not_rebound']}"),
-        ("rebound p50 / p99 (s)", f"{fmt(pctl(rebound, 50))} / {fmt(pctl(rebound, 99))}"),
+        ("rebound p50 / p99 (s)", f"{r50} / {r99}"),
         ("operator requests, apply -> all bound", f"{phase.operator_requests:.0f}"),
         ("operator LISTs, apply -> all bound", f"{phase.operator_lists:.0f}"),
         (f"operator LISTs, steady {r['steady_s']:.0f}s", f"{steady.operator_lists:.0f}"),
@@ -721,8 +738,8 @@ def main() -> int:
         print(f"| {k} | {v} |")
     print(
         f"operator-scale: nodes={r['nodes']} jobs={r['jobs']} "
-        f"bound_p50_s={fmt(pctl(bound, 50))} bound_p99_s={fmt(pctl(bound, 99))} "
-        f"rebound_p50_s={fmt(pctl(rebound, 50))} rebound_p99_s={fmt(pctl(rebound, 99))} "
+        f"bound_p50_s={b50} bound_p99_s={b99} "
+        f"rebound_p50_s={r50} rebound_p99_s={r99} "
         f"operator_lists={steady.operator_lists:.0f} apiserver_requests_per_job={per_job:.1f} "
         f"rss_mib={r['rss_mib']:.0f}"
     )
