@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build / install what a *real* node of the local cluster needs (issue 10, work in progress):
-#   kubelet            built from the Go module proxy through hack/gomod/kubernetes/ (the
-#                      same wrapper module and pins as the control plane), cached by version
-#                      in ~/.cache/kubegan/bin/kubelet-<version>/kubelet
+#   kubelet,           built from the Go module proxy through hack/gomod/kubernetes/ (the
+#   kube-proxy         same wrapper module and pins as the control plane), cached by version
+#                      in ~/.cache/kubegan/bin/<name>-<version>/<name>
+#   coredns            built through hack/gomod/coredns/ (a main with only the plugins the
+#                      local cluster uses), cached in ~/.cache/kubegan/bin/coredns-<version>/
 #   containerd, runc,  Debian packages (containerd 1.6, runc, containernetworking-plugins),
 #   CNI plugins, ...   through hack/install-debian-packages.sh with KUBEGAN_DEBIAN_PACKAGES
 #
@@ -19,6 +21,7 @@
 # minors older). This machine runs cgroup v1; kubelet >= 1.35 refuses to start on it unless its
 # configuration says `failCgroupV1: false` (KEP-5573), which hack/real-node-up.sh sets.
 KUBELET_VERSION=v1.36.3   # must match KUBE_VERSION in hack/build-binaries.sh (same wrapper module)
+COREDNS_VERSION=v1.14.7  # must match hack/gomod/coredns/go.mod
 DEBIAN_NODE_PACKAGES="containerd runc containernetworking-plugins iptables conntrack socat busybox-static"
 
 set -Eeuo pipefail
@@ -30,23 +33,26 @@ BUILD_ROOT="${KUBEGAN_BUILD_DIR:-$HOME/.cache/kubegan/build}"
 GO_P="${KUBEGAN_GO_P:-2}"
 FORCE="${KUBEGAN_FORCE_BUILD:-0}"
 KUBELET="$CACHE/kubelet-$KUBELET_VERSION/kubelet"
+KUBE_PROXY="$CACHE/kube-proxy-$KUBELET_VERSION/kube-proxy"
+COREDNS="$CACHE/coredns-$COREDNS_VERSION/coredns"
 
 log() { printf '[build-node-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[build-node-binaries] ERROR: %s\n' "$*" >&2; exit 1; }
 
-kubelet_ok() {
-  local out
-  [[ -x "$KUBELET" ]] || return 1
-  out="$("$KUBELET" --version 2>&1)" || return 1
-  [[ "$out" == "Kubernetes $KUBELET_VERSION" ]] || { log "kubelet at $KUBELET reports '$out'"; return 1; }
+k8s_binary_ok() {  # k8s_binary_ok <path>: runs and reports the pinned version
+  local bin="$1" out
+  [[ -x "$bin" ]] || return 1
+  out="$("$bin" --version 2>&1)" || return 1
+  [[ "$out" == "Kubernetes $KUBELET_VERSION" ]] || { log "$bin reports '$out'"; return 1; }
 }
 
-build_kubelet() {
-  if [[ "$FORCE" != 1 ]] && kubelet_ok; then log "kubelet $KUBELET_VERSION: cached ($KUBELET)"; return; fi
+build_k8s_binary() {  # build_k8s_binary <name> <path>: k8s.io/kubernetes/cmd/<name>
+  local name="$1" bin="$2"
+  if [[ "$FORCE" != 1 ]] && k8s_binary_ok "$bin"; then log "$name $KUBELET_VERSION: cached ($bin)"; return; fi
   grep -q "k8s.io/kubernetes $KUBELET_VERSION" "$HACK_DIR/gomod/kubernetes/go.mod" \
     || die "hack/gomod/kubernetes/go.mod does not pin $KUBELET_VERSION (keep KUBELET_VERSION = KUBE_VERSION)"
   # Own scratch copy of the wrapper module: build-binaries.sh may be using its own at the same time.
-  local dir="$BUILD_ROOT/kubelet" out date ldf="" k t0 minor
+  local dir="$BUILD_ROOT/$name" out date ldf="" k t0 minor
   mkdir -p "$dir"; out="$dir/out"; rm -rf "$out"; mkdir -p "$out"
   cp -f "$HACK_DIR/gomod/kubernetes/go.mod" "$HACK_DIR/gomod/kubernetes/go.sum" "$dir/"
   minor="$(echo "$KUBELET_VERSION" | cut -d. -f2)"
@@ -57,20 +63,47 @@ build_kubelet() {
     ldf+=" -X '$k.gitVersion=$KUBELET_VERSION' -X '$k.gitMajor=1' -X '$k.gitMinor=$minor'"
     ldf+=" -X '$k.gitTreeState=clean' -X '$k.buildDate=$date'"
   done
-  log "kubelet $KUBELET_VERSION: building (-p $GO_P; shares the Go build cache with the control plane)"
+  log "$name $KUBELET_VERSION: building (-p $GO_P; shares the Go build cache with the control plane)"
   t0=$SECONDS
   (cd "$dir" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -p "$GO_P" -trimpath \
-      -ldflags "-s -w $ldf" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet) || die "go build of kubelet failed"
-  log "kubelet $KUBELET_VERSION: built in $((SECONDS - t0)) s"
-  mkdir -p "$(dirname "$KUBELET")"
-  mv -f "$out/kubelet" "$KUBELET.tmp.$$" && chmod 0755 "$KUBELET.tmp.$$" && mv -f "$KUBELET.tmp.$$" "$KUBELET"
-  kubelet_ok || die "kubelet at $KUBELET does not report $KUBELET_VERSION"
-  log "  kubelet -> $KUBELET ($(du -h "$KUBELET" | cut -f1))"
+      -ldflags "-s -w $ldf" -o "$out/$name" "k8s.io/kubernetes/cmd/$name") || die "go build of $name failed"
+  log "$name $KUBELET_VERSION: built in $((SECONDS - t0)) s"
+  mkdir -p "$(dirname "$bin")"
+  mv -f "$out/$name" "$bin.tmp.$$" && chmod 0755 "$bin.tmp.$$" && mv -f "$bin.tmp.$$" "$bin"
+  k8s_binary_ok "$bin" || die "$name at $bin does not report $KUBELET_VERSION"
+  log "  $name -> $bin ($(du -h "$bin" | cut -f1))"
+}
+
+coredns_ok() {
+  local out
+  [[ -x "$COREDNS" ]] || return 1
+  out="$("$COREDNS" -version 2>&1)" || return 1
+  [[ "$out" == "CoreDNS-${COREDNS_VERSION#v}"* ]]
+}
+
+build_coredns() {
+  if [[ "$FORCE" != 1 ]] && coredns_ok; then log "coredns $COREDNS_VERSION: cached ($COREDNS)"; return; fi
+  grep -q "github.com/coredns/coredns $COREDNS_VERSION" "$HACK_DIR/gomod/coredns/go.mod" \
+    || die "hack/gomod/coredns/go.mod does not pin $COREDNS_VERSION"
+  local dir="$BUILD_ROOT/coredns" t0
+  rm -rf "$dir"; mkdir -p "$dir"
+  cp -f "$HACK_DIR/gomod/coredns/"{go.mod,go.sum,main.go} "$dir/"
+  log "coredns $COREDNS_VERSION: building (-p $GO_P)"
+  t0=$SECONDS
+  (cd "$dir" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -p "$GO_P" -trimpath -ldflags "-s -w" \
+      -o "$dir/coredns" .) || die "go build of coredns failed"
+  if ! cmp -s "$dir/go.sum" "$HACK_DIR/gomod/coredns/go.sum"; then
+    cp -f "$dir/go.sum" "$HACK_DIR/gomod/coredns/go.sum"; log "updated hack/gomod/coredns/go.sum (commit it)"
+  fi
+  log "coredns $COREDNS_VERSION: built in $((SECONDS - t0)) s"
+  mkdir -p "$(dirname "$COREDNS")"
+  mv -f "$dir/coredns" "$COREDNS.tmp.$$" && mv -f "$COREDNS.tmp.$$" "$COREDNS"
+  coredns_ok || die "coredns at $COREDNS does not report $COREDNS_VERSION"
 }
 
 main() {
   case "${1:-}" in
-    --print) echo "kubelet $KUBELET"; exit 0 ;;
+    --print) printf 'kubelet %s\nkube-proxy %s\ncoredns %s\n' "$KUBELET" "$KUBE_PROXY" "$COREDNS"; exit 0 ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     "") ;;
     *) die "unknown argument $1" ;;
@@ -81,7 +114,9 @@ main() {
   KUBEGAN_DEBIAN_PACKAGES="$DEBIAN_NODE_PACKAGES" bash "$HACK_DIR/install-debian-packages.sh"
   exec 9>"$CACHE/.lock-node"
   if ! flock -n 9; then log "another build holds $CACHE/.lock-node; waiting"; flock 9; fi
-  build_kubelet
+  build_k8s_binary kubelet "$KUBELET"
+  build_k8s_binary kube-proxy "$KUBE_PROXY"
+  build_coredns
 }
 
 main "$@"

@@ -16,6 +16,7 @@ source "$HACK_DIR/real-node-lib.sh"
 if [[ -s "$NET_OWNER" ]]; then   # the cluster that owns the real nodes, if not ours
   CLUSTER_DIR="$(cat "$NET_OWNER")"; ADMIN_KUBECONFIG="$CLUSTER_DIR/kubeconfig"
   STATE_ROOT="$CLUSTER_DIR/real-nodes"; LOGS="$STATE_ROOT/logs"; PIDS="$STATE_ROOT/pids"
+  COREDNS_DIR="$STATE_ROOT/coredns"
 fi
 
 log() { printf '[real-node-down %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -62,6 +63,8 @@ remove_node() {  # remove_node <i>
   log "removing $node"
   stop_named "kubelet-$node"
   local p; for p in $(pids_with_arg "$dir/kubelet.yaml"); do stop_pid "$p"; done
+  stop_named "kube-proxy-$node"
+  for p in $(pids_with_arg "$dir/kube-proxy.yaml"); do stop_pid "$p"; done
   # Pod sandboxes and containers: kill the tasks, release the pods' network namespaces.
   if [[ -S "$sock" ]] && ctr --address "$sock" version >/dev/null 2>&1; then
     local id netns_paths=()
@@ -114,8 +117,14 @@ main() {
   [[ $(id -u) -eq 0 ]] || { echo "real-node-down: needs root" >&2; exit 1; }
   local i
   for i in $(node_indices); do remove_node "$i"; done
+  stop_named coredns
+  local p; for p in $(pids_with_arg "$COREDNS_DIR/Corefile"); do stop_pid "$p"; done
+  if [[ -s "$ADMIN_KUBECONFIG" && -x "$CLUSTER_DIR/bin/kubectl" ]]; then
+    kubectl delete -n kube-system service/kube-dns endpointslice/kube-dns-host --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    kubectl delete -n default endpointslice/kubernetes --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  fi
   stop_named apiserver-relay
-  local p; for p in $(pids_with_arg "bind=$HOST_BRIDGE_IP"); do stop_pid "$p"; done
+  for p in $(pids_with_arg "bind=$HOST_BRIDGE_IP"); do stop_pid "$p"; done
   if ip link show "$HOST_BRIDGE" >/dev/null 2>&1; then ip link del "$HOST_BRIDGE"; log "deleted bridge $HOST_BRIDGE"; fi
   local cg; for cg in /sys/fs/cgroup/*/"$CGROUP_PARENT"; do [[ -d "$cg" ]] && rmdir "$cg" 2>/dev/null || true; done
   unmount_under "$STATE_ROOT"; unmount_under "$RUN_ROOT"

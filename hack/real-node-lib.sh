@@ -13,6 +13,9 @@ HOST_BRIDGE_IP=10.246.0.1                      # node network 10.246.0.0/24
 CGROUP_PARENT=kubegan                          # /sys/fs/cgroup/<ctrl>/kubegan/<node>
 PAUSE_IMAGE=kubegan.local/pause:busybox
 BUSYBOX_IMAGE=kubegan.local/busybox:1.35
+POD_NETWORK=10.245.0.0/16                      # node i's pods: 10.245.<i>.0/24
+CLUSTER_DNS_IP=10.0.0.10                       # Service kube-system/kube-dns (service CIDR 10.0.0.0/24)
+COREDNS_DIR="$STATE_ROOT/coredns"              # CoreDNS runs on the host, at $HOST_BRIDGE_IP:53
 
 node_name() { echo "kubegan-real-$1"; }
 netns_name() { echo "kg-real-$1"; }

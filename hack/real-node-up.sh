@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Start N *real* nodes (kubelet + containerd + runc) beside the KWOK fake nodes of the local
-# control plane started by hack/cluster-up.sh. Work in progress for issue 10; see
-# hack/README.md "Real nodes (work in progress)".
+# control plane started by hack/cluster-up.sh. See hack/README.md "Real nodes".
 #
 # Node i (1..N) is named kubegan-real-<i> and gets:
 #   * its own network namespace kg-real-<i>; its eth0 (10.246.0.<10+i>/24) is a veth into the
-#     host bridge kg-nodes (10.246.0.1/24); the host routes its pod CIDR 10.245.<i>.0/24 to it
+#     host bridge kg-nodes (10.246.0.1/24); the host and every other node namespace route its
+#     pod CIDR 10.245.<i>.0/24 to it (node to node at layer 2 on the bridge: the host forwards
+#     nothing, so no pod traffic leaves the machine)
 #   * its own containerd (config, root, state, socket) and kubelet (root dir, certificates,
 #     cgroup root /kubegan/kubegan-real-<i> in every cgroup v1 hierarchy), both running inside
 #     the namespace (nsenter --net: the mount namespace stays the host's, so containerd sees
 #     the volumes the kubelet mounts)
 #   * a CNI bridge kgbr0 inside its namespace with host-local addresses from its pod CIDR
+#   * a kube-proxy (iptables mode) inside its namespace: Service IPs work in its pods
 #   * labels of a GKE spot CPU pool (cloud.google.com/gke-nodepool=real-spot,
 #     cloud.google.com/gke-spot=true, node.kubernetes.io/instance-type=e2-standard-2, ...)
 # The kubelets reach the apiserver (which listens on 127.0.0.1 only) through one socat relay
-# on 10.246.0.1:<apiserver port>; their kubeconfig names the server "kubernetes" for TLS.
+# on 10.246.0.1:<apiserver port>; their kubeconfig names the server "kubernetes" for TLS. The
+# `kubernetes` Service's EndpointSlice points at that relay, so in-cluster clients work.
+# CoreDNS (hack/gomod/coredns) runs on the host at 10.246.0.1:53 and serves cluster.local; the
+# Service kube-system/kube-dns (10.0.0.10, the kubelets' clusterDNS) points at it, so names keep
+# resolving while nodes come and go.
 # The images kubegan.local/pause:busybox (pod sandbox) and kubegan.local/busybox:1.35 are
 # made from Debian's busybox-static (hack/make-busybox-image.sh) and imported into each node.
 #
@@ -39,7 +45,9 @@ TIMEOUT="${KUBEGAN_UP_TIMEOUT:-120}"
 TAINTS="${KUBEGAN_REAL_NODE_TAINTS:-}"
 RUNC_BINARY="${KUBEGAN_RUNC:-}"   # another runc (e.g. a debugging wrapper); default: runc on PATH
 PKI="$CLUSTER_DIR/pki"
-KUBELET="$(bash "$HACK_DIR/build-node-binaries.sh" --print | awk '$1 == "kubelet" {print $2}')"
+NODE_BINARIES="$(bash "$HACK_DIR/build-node-binaries.sh" --print)"
+KUBELET="$(awk '$1 == "kubelet" {print $2}' <<<"$NODE_BINARIES")"
+KUBE_PROXY="$(awk '$1 == "kube-proxy" {print $2}' <<<"$NODE_BINARIES")"
 CNI_BIN_DIR="${KUBEGAN_CNI_BIN_DIR:-/usr/lib/cni}"
 
 log() { printf '[real-node-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -57,6 +65,7 @@ wait_until() {  # wait_until <what> <cmd...>
 preflight() {
   [[ $(id -u) -eq 0 ]] || die "real nodes need root (network namespaces, mounts, cgroups)"
   [[ -x "$KUBELET" ]] || die "no kubelet at $KUBELET; run make node-binaries"
+  [[ -x "$KUBE_PROXY" ]] || die "no kube-proxy at $KUBE_PROXY; run make node-binaries"
   local c
   for c in containerd containerd-shim-runc-v2 runc ctr socat nsenter ip; do
     command -v "$c" >/dev/null || die "$c not found; run make node-binaries"
@@ -98,17 +107,41 @@ make_images() {
 }
 
 # ---------------------------------------------------------------- one node
-gen_node_cert() {  # kubelet client certificate: CN=system:node:<name>, O=system:nodes
-  local name="$1" dir="$2"
-  [[ -s "$dir/kubelet-client.crt" ]] && return 0
-  openssl genrsa -out "$dir/kubelet-client.key" 2048 2>/dev/null
-  openssl req -new -key "$dir/kubelet-client.key" -subj "/O=system:nodes/CN=system:node:$name" \
-    -out "$dir/kubelet-client.csr" 2>/dev/null
-  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$dir/ext"
-  openssl x509 -req -in "$dir/kubelet-client.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
-    -days 3650 -sha256 -extfile "$dir/ext" -out "$dir/kubelet-client.crt" 2>/dev/null
-  rm -f "$dir/kubelet-client.csr" "$dir/ext"
-  chmod 600 "$dir/kubelet-client.key"
+gen_client_cert() {  # gen_client_cert <dir> <base name> <CN> [O]: a client certificate from the cluster CA
+  local dir="$1" base="$2" cn="$3" org="${4:-}"
+  [[ -s "$dir/$base.crt" ]] && return 0
+  mkdir -p "$dir"; chmod 700 "$dir"
+  openssl genrsa -out "$dir/$base.key" 2048 2>/dev/null
+  openssl req -new -key "$dir/$base.key" -subj "${org:+/O=$org}/CN=$cn" -out "$dir/$base.csr" 2>/dev/null
+  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$dir/$base.ext"
+  openssl x509 -req -in "$dir/$base.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile "$dir/$base.ext" -out "$dir/$base.crt" 2>/dev/null
+  rm -f "$dir/$base.csr" "$dir/$base.ext"
+  chmod 600 "$dir/$base.key"
+}
+
+write_kubeconfig() {  # write_kubeconfig <file> <server> <user> <cert> <key>
+  local file="$1" server="$2" user="$3" crt="$4" key="$5"
+  cat >"$file" <<EOF2
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubegan-local
+  cluster:
+    server: $server
+    tls-server-name: kubernetes
+    certificate-authority: $PKI/ca.crt
+users:
+- name: "$user"
+  user:
+    client-certificate: $crt
+    client-key: $key
+contexts:
+- name: kubegan-local
+  context: {cluster: kubegan-local, user: "$user"}
+current-context: kubegan-local
+EOF2
+  chmod 600 "$file"
 }
 
 setup_node_network() {  # setup_node_network <i>
@@ -198,28 +231,34 @@ TOML
   ]
 }
 JSON
-  gen_node_cert "$node" "$dir/pki"
-  cat >"$dir/kubeconfig" <<EOF2
-apiVersion: v1
-kind: Config
-clusters:
-- name: kubegan-local
-  cluster:
-    server: https://$HOST_BRIDGE_IP:$APISERVER_PORT
-    tls-server-name: kubernetes
-    certificate-authority: $PKI/ca.crt
-users:
-- name: system:node:$node
-  user:
-    client-certificate: $dir/pki/kubelet-client.crt
-    client-key: $dir/pki/kubelet-client.key
-contexts:
-- name: kubegan-local
-  context: {cluster: kubegan-local, user: "system:node:$node"}
-current-context: kubegan-local
-EOF2
-  chmod 600 "$dir/kubeconfig"
-  printf 'nameserver %s\n' "$HOST_BRIDGE_IP" >"$dir/resolv.conf"   # no DNS yet (CoreDNS: TODO)
+  gen_client_cert "$dir/pki" kubelet-client "system:node:$node" system:nodes
+  write_kubeconfig "$dir/kubeconfig" "https://$HOST_BRIDGE_IP:$APISERVER_PORT" "system:node:$node" \
+    "$dir/pki/kubelet-client.crt" "$dir/pki/kubelet-client.key"
+  # kube-proxy's identity is the one the default ClusterRoleBinding system:node-proxier names.
+  write_kubeconfig "$dir/kube-proxy.kubeconfig" "https://$HOST_BRIDGE_IP:$APISERVER_PORT" system:kube-proxy \
+    "$STATE_ROOT/pki/kube-proxy.crt" "$STATE_ROOT/pki/kube-proxy.key"
+  cat >"$dir/kube-proxy.yaml" <<YAML
+# kube-proxy $node (written by hack/real-node-up.sh): Service IPs inside the node's namespace.
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $dir/kube-proxy.kubeconfig}
+hostnameOverride: $node
+bindAddress: $(node_ip "$i")
+healthzBindAddress: $(node_ip "$i"):10256
+metricsBindAddress: 127.0.0.1:10249
+mode: iptables
+clusterCIDR: $POD_NETWORK
+# A pod that reaches a Service whose endpoint sits on the same node bridge would get its answer
+# straight from the endpoint (no un-DNAT) unless the request is masqueraded; masquerading all
+# Service traffic avoids depending on br_netfilter inside the node namespaces.
+iptables: {masqueradeAll: true, localhostNodePorts: false, minSyncPeriod: 1s, syncPeriod: 30s}
+# 0 = leave the kernel's conntrack settings alone (they are the machine's, not the node's).
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+oomScoreAdj: 0
+YAML
+  # Upstream resolver for pods with dnsPolicy Default: this machine has none for pods to use; the
+  # cluster's own names come from CoreDNS through clusterDNS below.
+  printf 'nameserver %s\n' "$HOST_BRIDGE_IP" >"$dir/resolv.conf"
   cat >"$dir/kubelet.yaml" <<YAML
 # kubelet $node (written by hack/real-node-up.sh). cgroup v1 host: failCgroupV1 must be false
 # for kubelet >= 1.35 (KEP-5573); cgroupfs driver (no systemd here).
@@ -242,6 +281,7 @@ authentication:
   x509: {clientCAFile: $PKI/ca.crt}
 authorization: {mode: AlwaysAllow}
 clusterDomain: cluster.local
+clusterDNS: [$CLUSTER_DNS_IP]
 resolvConf: $dir/resolv.conf
 staticPodPath: ""
 registerNode: true
@@ -257,6 +297,108 @@ localStorageCapacityIsolation: true
 maxPods: 30
 podPidsLimit: 4096
 YAML
+}
+
+# ---------------------------------------------------------------- cluster-wide services
+setup_pod_routes() {  # every node namespace routes every other node's pod CIDR to that node
+  # Across the host bridge at layer 2: the host itself forwards nothing (its ip_forward is left
+  # alone), so pod traffic never leaves the node network.
+  local i j
+  local -a nodes
+  mapfile -t nodes < <(ip netns list | awk '{print $1}' | sed -n 's/^kg-real-\([0-9][0-9]*\)$/\1/p' | sort -n)
+  for i in "${nodes[@]}"; do
+    for j in "${nodes[@]}"; do
+      [[ "$i" == "$j" ]] || ip -n "$(netns_name "$i")" route replace "$(pod_cidr "$j")" via "$(node_ip "$j")" dev eth0
+    done
+  done
+}
+
+apply_cluster_services() {
+  # The apiserver listens on 127.0.0.1 and runs with --endpoint-reconciler-type=none, so the
+  # `kubernetes` Service gets its endpoint here: the relay on the node network. kube-dns is a
+  # Service without selector whose endpoint is the CoreDNS process on the host, so DNS keeps
+  # working while real nodes come and go (spot preemption).
+  kubectl apply --server-side --force-conflicts --field-manager=kubegan-real-node-up -f - >/dev/null <<YAML
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes
+  namespace: default
+  labels: {kubernetes.io/service-name: kubernetes, endpointslice.kubernetes.io/managed-by: kubegan-real-node-up}
+addressType: IPv4
+endpoints: [{addresses: ["$HOST_BRIDGE_IP"], conditions: {ready: true}}]
+ports: [{name: https, port: $APISERVER_PORT, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns, kubernetes.io/name: CoreDNS}
+spec:
+  clusterIP: $CLUSTER_DNS_IP
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: 53}
+  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-dns-host
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: kube-dns, endpointslice.kubernetes.io/managed-by: kubegan-real-node-up}
+addressType: IPv4
+endpoints: [{addresses: ["$HOST_BRIDGE_IP"], conditions: {ready: true}}]
+ports:
+- {name: dns, port: 53, protocol: UDP}
+- {name: dns-tcp, port: 53, protocol: TCP}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "kubegan:coredns"}
+rules:
+- {apiGroups: [""], resources: [services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "kubegan:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kubegan:coredns"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "kubegan:coredns"}]
+YAML
+}
+
+start_coredns() {
+  local coredns
+  coredns="$(awk '$1 == "coredns" {print $2}' <<<"$NODE_BINARIES")"
+  [[ -x "$coredns" ]] || die "no coredns at $coredns; run make node-binaries"
+  mkdir -p "$COREDNS_DIR"
+  gen_client_cert "$COREDNS_DIR" coredns "kubegan:coredns"
+  write_kubeconfig "$COREDNS_DIR/kubeconfig" "https://127.0.0.1:$APISERVER_PORT" "kubegan:coredns" \
+    "$COREDNS_DIR/coredns.crt" "$COREDNS_DIR/coredns.key"
+  cat >"$COREDNS_DIR/Corefile" <<COREFILE
+# cluster.local for the real nodes' pods (hack/real-node-up.sh). Nothing else resolves: this
+# machine has no upstream resolver for pods.
+cluster.local:53 in-addr.arpa:53 {
+    bind $HOST_BRIDGE_IP
+    errors
+    ready $HOST_BRIDGE_IP:8181
+    health $HOST_BRIDGE_IP:8080
+    kubernetes cluster.local in-addr.arpa {
+        kubeconfig $COREDNS_DIR/kubeconfig kubegan-local
+        pods insecure
+        ttl 5
+    }
+    cache 5
+}
+.:53 {
+    bind $HOST_BRIDGE_IP
+    errors
+}
+COREFILE
+  if ! pid_alive coredns; then start_proc coredns "$coredns" -conf "$COREDNS_DIR/Corefile"; fi
+  wait_until "CoreDNS ready on $HOST_BRIDGE_IP:8181 (log: $LOGS/coredns.log)" \
+    curl -fsS "http://$HOST_BRIDGE_IP:8181/ready"
 }
 
 node_labels() {  # GKE spot CPU pool, plus kubegan.io/real-node=true
@@ -286,6 +428,9 @@ start_node() {  # start_node <i>
       --node-labels="$(node_labels)" ${TAINTS:+--register-with-taints="$TAINTS"} \
       --v=1
   fi
+  if ! pid_alive "kube-proxy-$node"; then
+    start_proc "kube-proxy-$node" nsenter --net="/run/netns/$ns" "$KUBE_PROXY" --config="$dir/kube-proxy.yaml" --v=1
+  fi
 }
 
 node_ready() { [[ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; }
@@ -296,8 +441,12 @@ main() {
   setup_host_network
   start_relay
   make_images
+  gen_client_cert "$STATE_ROOT/pki" kube-proxy system:kube-proxy
+  apply_cluster_services
+  start_coredns
   local i
   for ((i = 1; i <= REAL_NODES; i++)); do start_node "$i"; done
+  setup_pod_routes
   for ((i = 1; i <= REAL_NODES; i++)); do
     wait_until "node $(node_name "$i") Ready (log: $LOGS/kubelet-$(node_name "$i").log)" node_ready "$(node_name "$i")"
     log "node $(node_name "$i"): Ready"
