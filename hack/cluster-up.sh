@@ -115,6 +115,9 @@ gen_pki() {
   gen_cert controller-manager "/CN=system:kube-controller-manager" "$client"
   gen_cert scheduler "/CN=system:kube-scheduler" "$client"
   gen_cert front-proxy-client "/CN=front-proxy-client" "$client"   # aggregation layer / requestheader auth
+  # The apiserver's identity towards real kubelets (logs, exec, port-forward); real-node-up.sh
+  # binds it to system:kubelet-api-admin, and the kubelets authorize it by webhook.
+  gen_cert apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" "$client"
   # KWOK patches node and pod status of arbitrary nodes: give it cluster-admin rights.
   gen_cert kwok "/O=system:masters/CN=kwok-controller" "$client"
   if [[ ! -s "$PKI/sa.key" ]]; then
@@ -192,6 +195,9 @@ start_apiserver() {
       --service-cluster-ip-range="$SERVICE_CIDR" \
       --endpoint-reconciler-type=none \
       --kubelet-preferred-address-types=InternalIP,Hostname \
+      --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+      --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+      --kubelet-certificate-authority="$PKI/ca.crt" \
       --allow-privileged=true --profiling=false --anonymous-auth=true \
       --enable-bootstrap-token-auth=false --event-ttl=1h
   fi

@@ -75,6 +75,8 @@ preflight() {
   [[ -x "$CNI_BIN_DIR/bridge" && -x "$CNI_BIN_DIR/host-local" && -x "$CNI_BIN_DIR/loopback" ]] \
     || die "CNI plugins not in $CNI_BIN_DIR; run make node-binaries"
   [[ -s "$PKI/ca.key" && -s "$ADMIN_KUBECONFIG" ]] || die "no control plane in $CLUSTER_DIR; run make cluster-up"
+  [[ -s "$PKI/apiserver-kubelet-client.crt" ]] \
+    || die "the control plane in $CLUSTER_DIR predates real-node support (no kubelet client certificate); run make cluster-down cluster-up"
   kubectl get --raw /readyz >/dev/null || die "the apiserver of $CLUSTER_DIR is not ready; run make cluster-up"
   [[ "$REAL_NODES" =~ ^[1-9][0-9]?$ ]] && ((REAL_NODES <= 50)) || die "REAL_NODES must be 1..50"
   if [[ -e "$NET_OWNER" && "$(cat "$NET_OWNER")" != "$CLUSTER_DIR" ]]; then
@@ -116,6 +118,19 @@ gen_client_cert() {  # gen_client_cert <dir> <base name> <CN> [O]: a client cert
   openssl genrsa -out "$dir/$base.key" 2048 2>/dev/null
   openssl req -new -key "$dir/$base.key" -subj "${org:+/O=$org}/CN=$cn" -out "$dir/$base.csr" 2>/dev/null
   printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$dir/$base.ext"
+  openssl x509 -req -in "$dir/$base.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile "$dir/$base.ext" -out "$dir/$base.crt" 2>/dev/null
+  rm -f "$dir/$base.csr" "$dir/$base.ext"
+  chmod 600 "$dir/$base.key"
+}
+
+gen_serving_cert() {  # gen_serving_cert <dir> <base name> <CN> <subjectAltName>
+  local dir="$1" base="$2" cn="$3" san="$4"
+  [[ -s "$dir/$base.crt" ]] && return 0
+  mkdir -p "$dir"; chmod 700 "$dir"
+  openssl genrsa -out "$dir/$base.key" 2048 2>/dev/null
+  openssl req -new -key "$dir/$base.key" -subj "/O=system:nodes/CN=$cn" -out "$dir/$base.csr" 2>/dev/null
+  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' "$san" >"$dir/$base.ext"
   openssl x509 -req -in "$dir/$base.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
     -days 3650 -sha256 -extfile "$dir/$base.ext" -out "$dir/$base.crt" 2>/dev/null
   rm -f "$dir/$base.csr" "$dir/$base.ext"
@@ -234,6 +249,7 @@ TOML
 }
 JSON
   gen_client_cert "$dir/pki" kubelet-client "system:node:$node" system:nodes
+  gen_serving_cert "$dir/pki" kubelet-serving "system:node:$node" "IP:$(node_ip "$i"),DNS:$node"
   write_kubeconfig "$dir/kubeconfig" "https://$HOST_BRIDGE_IP:$APISERVER_PORT" "system:node:$node" \
     "$dir/pki/kubelet-client.crt" "$dir/pki/kubelet-client.key"
   # kube-proxy's identity is the one the default ClusterRoleBinding system:node-proxier names.
@@ -275,13 +291,16 @@ port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-# The apiserver of hack/cluster-up.sh has no kubelet client certificate yet, so it calls the
-# kubelet (logs, exec) anonymously: allow that. The port is only reachable from this machine.
+# As on a cloud node: no anonymous access; clients (the apiserver, Prometheus) present a
+# certificate from the cluster CA or a token, and the apiserver decides what they may do.
+# The serving certificate is signed by the cluster CA (the apiserver verifies it).
 authentication:
-  anonymous: {enabled: true}
-  webhook: {enabled: false}
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
   x509: {clientCAFile: $PKI/ca.crt}
-authorization: {mode: AlwaysAllow}
+authorization: {mode: Webhook}
+tlsCertFile: $dir/pki/kubelet-serving.crt
+tlsPrivateKeyFile: $dir/pki/kubelet-serving.key
 clusterDomain: cluster.local
 clusterDNS: [$CLUSTER_DNS_IP]
 resolvConf: $dir/resolv.conf
@@ -354,6 +373,14 @@ endpoints: [{addresses: ["$HOST_BRIDGE_IP"], conditions: {ready: true}}]
 ports:
 - {name: dns, port: 53, protocol: UDP}
 - {name: dns-tcp, port: 53, protocol: TCP}
+---
+# The apiserver calls kubelets (logs, exec) with this identity; kubelets ask the apiserver
+# (webhook authorization) whether it may.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "kubegan:apiserver-kubelet-client"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:kubelet-api-admin"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: kube-apiserver-kubelet-client}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
