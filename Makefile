@@ -51,12 +51,12 @@ cluster-binaries: ; bash hack/build-binaries.sh
 cluster-up: ; bash hack/cluster-up.sh
 cluster-down: ; bash hack/cluster-down.sh
 
-# --- real nodes: kubelet + containerd per node (issue 10, work in progress; hack/README.md) ---
-# Not part of `make install` / `make test` yet. Needs root and a running `make cluster-up`.
-REAL_NODES ?= 1
-.PHONY: node-binaries real-nodes-up real-nodes-down test-realnodes
+# --- real nodes: kubelet + containerd + kube-proxy per node, CoreDNS (hack/README.md) ---
+# Needs root and a running `make cluster-up`. The e2e tier starts its own cluster and nodes.
+REAL_NODES ?= 2
+.PHONY: node-binaries real-nodes-up real-nodes-down test-e2e
 node-binaries: ; bash hack/build-node-binaries.sh
 real-nodes-up: node-binaries ; REAL_NODES=$(REAL_NODES) bash hack/real-node-up.sh
 real-nodes-down: ; bash hack/real-node-down.sh
-test-realnodes: $(VENV)/.installed node-binaries
-	KUBEGAN_REAL_NODE_TESTS=1 $(PY) -m pytest tests/realnodes -q
+test-e2e: install
+	$(PY) -m pytest tests/e2e -q

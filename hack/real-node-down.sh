@@ -122,7 +122,7 @@ main() {
   if [[ -s "$ADMIN_KUBECONFIG" && -x "$CLUSTER_DIR/bin/kubectl" ]]; then
     kubectl delete -n kube-system service/kube-dns endpointslice/kube-dns-host --ignore-not-found --wait=false >/dev/null 2>&1 || true
     kubectl delete -n default endpointslice/kubernetes --ignore-not-found --wait=false >/dev/null 2>&1 || true
-    kubectl delete pv "$SHARED_PV" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    kubectl delete pv -l kubegan.io/local-shared=true --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi
   stop_named apiserver-relay
   for p in $(pids_with_arg "bind=$HOST_BRIDGE_IP"); do stop_pid "$p"; done

@@ -16,9 +16,10 @@ BUSYBOX_IMAGE=kubegan.local/busybox:1.35
 POD_NETWORK=10.245.0.0/16                      # node i's pods: 10.245.<i>.0/24
 CLUSTER_DNS_IP=10.0.0.10                       # Service kube-system/kube-dns (service CIDR 10.0.0.0/24)
 COREDNS_DIR="$STATE_ROOT/coredns"              # CoreDNS runs on the host, at $HOST_BRIDGE_IP:53
-SHARED_DIR="$STATE_ROOT/shared"                # hostPath of the ReadWriteMany checkpoint volume
-SHARED_PV=kubegan-local-checkpoints            # its PersistentVolume ...
-SHARED_STORAGE_CLASS=kubegan-local-shared      # ... and storage class (claims name it)
+SHARED_DIR="$STATE_ROOT/shared"                # hostPaths of the ReadWriteMany checkpoint volumes,
+SHARED_PV=kubegan-local-checkpoints            # PersistentVolumes $SHARED_PV-<k>, k = 1..N
+SHARED_VOLUMES="${KUBEGAN_SHARED_VOLUMES:-3}"  # (one claim binds one volume)
+SHARED_STORAGE_CLASS=kubegan-local-shared      # the storage class claims name
 
 node_name() { echo "kubegan-real-$1"; }
 netns_name() { echo "kg-real-$1"; }

@@ -13,8 +13,9 @@
 #     the volumes the kubelet mounts)
 #   * a CNI bridge kgbr0 inside its namespace with host-local addresses from its pod CIDR
 #   * a kube-proxy (iptables mode) inside its namespace: Service IPs work in its pods
-#   * the PersistentVolume kubegan-local-checkpoints (ReadWriteMany, storage class
-#     kubegan-local-shared): <cluster dir>/real-nodes/shared/checkpoints, mounted by every node
+#   * PersistentVolumes kubegan-local-checkpoints-<k> (ReadWriteMany, storage class
+#     kubegan-local-shared; KUBEGAN_SHARED_VOLUMES of them, default 3):
+#     <cluster dir>/real-nodes/shared/checkpoints-<k>, mounted by every node at once
 #   * labels of a GKE spot CPU pool (cloud.google.com/gke-nodepool=real-spot,
 #     cloud.google.com/gke-spot=true, node.kubernetes.io/instance-type=e2-standard-2, ...)
 # The kubelets reach the apiserver (which listens on 127.0.0.1 only) through one socat relay
@@ -397,30 +398,34 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "kubegan:core
 YAML
 }
 
-shared_volume() {
-  # Checkpoints must survive the node that wrote them: one directory on this machine's own
+shared_volumes() {
+  # Checkpoints must survive the node that wrote them: directories on this machine's own
   # filesystem, which every real node (they share the host's mount namespace) mounts read-write
-  # at once, offered as a ReadWriteMany PersistentVolume. Workers run as uid/gid 1000 and a
+  # at once, offered as ReadWriteMany PersistentVolumes. Workers run as uid/gid 1000 and a
   # hostPath volume ignores fsGroup, hence the owner. On a cloud this is Filestore / Azure Files.
-  mkdir -p "$SHARED_DIR/checkpoints"
-  chown 1000:1000 "$SHARED_DIR/checkpoints"; chmod 0775 "$SHARED_DIR/checkpoints"
-  kubectl apply --server-side --force-conflicts --field-manager=kubegan-real-node-up -f - >/dev/null <<YAML
+  [[ "$SHARED_VOLUMES" =~ ^[0-9]+$ ]] || die "KUBEGAN_SHARED_VOLUMES must be a number"
+  local k dir
+  for ((k = 1; k <= SHARED_VOLUMES; k++)); do
+    dir="$SHARED_DIR/checkpoints-$k"
+    mkdir -p "$dir"; chown 1000:1000 "$dir"; chmod 0775 "$dir"
+    kubectl apply --server-side --force-conflicts --field-manager=kubegan-real-node-up -f - >/dev/null <<YAML
 apiVersion: v1
 kind: PersistentVolume
 metadata:
-  name: $SHARED_PV
+  name: $SHARED_PV-$k
   labels: {kubegan.io/local-shared: "true"}
 spec:
   capacity: {storage: 20Gi}
   accessModes: [ReadWriteMany]
   persistentVolumeReclaimPolicy: Retain
   storageClassName: $SHARED_STORAGE_CLASS
-  hostPath: {path: $SHARED_DIR/checkpoints, type: Directory}
+  hostPath: {path: $dir, type: Directory}
   nodeAffinity:
     required:
       nodeSelectorTerms:
       - matchExpressions: [{key: kubegan.io/real-node, operator: In, values: ["true"]}]
 YAML
+  done
 }
 
 start_coredns() {
@@ -498,7 +503,7 @@ main() {
   make_images
   gen_client_cert "$STATE_ROOT/pki" kube-proxy system:kube-proxy
   apply_cluster_services
-  shared_volume
+  shared_volumes
   start_coredns
   local i
   for ((i = 1; i <= REAL_NODES; i++)); do start_node "$i"; done
