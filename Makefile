@@ -11,10 +11,12 @@ export UV_LINK_MODE ?= hardlink
 .PHONY: install test test-unit test-trainer test-cluster test-fast lint demo cluster-up cluster-down crd clean
 
 # Everything the tests and the demo need: system packages (Debian), the Python environment,
-# and the Go-built control plane (cached by version outside the repo, reused when present).
+# the Go-built control plane and real-node binaries (cached by version outside the repo,
+# reused when present).
 install: $(VENV)/.installed
 	bash hack/install-debian-packages.sh
 	bash hack/build-binaries.sh
+	bash hack/build-node-binaries.sh
 
 $(VENV)/.installed: pyproject.toml
 	@command -v uv >/dev/null 2>&1 || [ -x "$(UV)" ] || python3 -m pip install --user --quiet uv
