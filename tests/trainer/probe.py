@@ -17,9 +17,10 @@ import torch
 import torch.distributed as dist
 from kubegan_trainer.__main__ import configure_logging, load_config
 from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.driver import Hooks
 from kubegan_trainer.signals import StopFlag
 from kubegan_trainer.torch_backend import worker
-from kubegan_trainer.torch_backend.loop import GanTrainer, Hooks, params_digest
+from kubegan_trainer.torch_backend.loop import GanTrainer, params_digest
 
 
 def main() -> int:
@@ -30,7 +31,7 @@ def main() -> int:
     record = {"steps": 0, "max_diff_g": 0.0, "max_diff_d": 0.0, "world": env.world_size}
     trainer_box: list[GanTrainer] = []
 
-    def on_step(trainer: GanTrainer, epoch0: int, step: int) -> None:
+    def on_step(trainer: GanTrainer, epoch0: int, step: int, info: dict) -> None:
         trainer_box[:] = [trainer]
         for name, net in (("g", trainer.G), ("d", trainer.D)):
             mine = torch.from_numpy(params_digest(net))

@@ -11,6 +11,21 @@ from PIL import Image, ImageDraw
 
 from kubegan_trainer.data.showers import longitudinal_profile, transverse_profile
 
+SAMPLE_COUNT = {"images": 64, "paired": 4, "showers": 32}  # per data kind, per epoch
+
+
+def save_samples(
+    path: Path, kind: str, real: dict[str, np.ndarray], fake: np.ndarray, caption: str = ""
+) -> None:
+    """One epoch's samples as a PNG: image grid, pix2pix rows input | generated | target,
+    or gan3d's shower profiles of data against generated showers (channels first)."""
+    if kind == "paired":
+        save_paired_grid(path, real["a"], fake, real["b"])
+    elif kind == "showers":
+        save_shower_plot(path, real["image"], fake, caption=caption)
+    else:
+        save_image_grid(path, fake, ncol=8)
+
 
 def _to_uint8(images: np.ndarray) -> np.ndarray:
     """(N, C, H, W) in [-1, 1] -> (N, H, W, 3) uint8."""

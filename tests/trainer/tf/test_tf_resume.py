@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kubegan_trainer.driver import Hooks
 from kubegan_trainer.errors import EXIT_INTERRUPTED
-from kubegan_trainer.tf_backend.loop import Hooks
 
 from tests.trainer.tf.tfutil import RunResult, run_workers, tf_config, trainer
 
@@ -32,7 +32,7 @@ def test_single_worker_sigterm_mid_epoch_then_resume_is_exact(tmp_path: Path) ->
     def record(into: list, sigterm_at: int | None = None):
         def hook(t, epoch0: int, done: int, info: dict) -> None:
             into.append((epoch0, done, sorted(info["index"].tolist())))
-            if sigterm_at is not None and t.global_step == sigterm_at:
+            if sigterm_at is not None and info["global_step"] == sigterm_at:
                 os.kill(os.getpid(), signal.SIGTERM)  # the real signal path, mid-epoch 1
 
         return Hooks(on_step=hook)
@@ -92,7 +92,7 @@ def test_multi_worker_sigterm_then_resume_continues_at_saved_step(
 ) -> None:
     out = tmp_path / "run"
     # Worker 1 gets SIGTERM after its 2nd step: both workers agree to stop, checkpoint, exit.
-    first = run_workers(_cfg(), out, workers=2, extra_env={"KUBEGAN_TF_SIGTERM_AT": "1:2"})
+    first = run_workers(_cfg(), out, workers=2, extra_env={"KUBEGAN_TEST_SIGTERM_AT": "1:2"})
     assert first.codes == [EXIT_INTERRUPTED, EXIT_INTERRUPTED], first.logs
     saved = json.loads(sorted((out / "checkpoints").glob("*.manifest.json"))[-1].read_text())
     assert saved["epoch"] == 0 and 0 < saved["step"] < 4

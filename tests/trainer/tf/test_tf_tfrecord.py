@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from kubegan_trainer.data.showers import synthetic_showers
+from kubegan_trainer.driver import Hooks
 from kubegan_trainer.tf_backend.data import write_shower_shards
-from kubegan_trainer.tf_backend.loop import Hooks
 
 from tests.trainer.tf.tfutil import tf_config, trainer
 

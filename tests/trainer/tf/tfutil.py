@@ -104,8 +104,8 @@ def run_workers(
         env={
             "KUBEGAN_TF_LOGICAL_CPUS": "",
             "TF_CPP_MIN_LOG_LEVEL": "2",
-            "KUBEGAN_TF_BATCH_TRACE": str(output / "trace"),
-            "KUBEGAN_TF_DUMP_WEIGHTS": str(output / "weights"),
+            "KUBEGAN_TEST_BATCH_TRACE": str(output / "trace"),
+            "KUBEGAN_TEST_DUMP_WEIGHTS": str(output / "weights"),
             "OMP_NUM_THREADS": "1",
             "TF_NUM_INTEROP_THREADS": "1",
             "TF_NUM_INTRAOP_THREADS": "1",

@@ -48,9 +48,4 @@ def run(env: ClusterEnv, config: TrainerConfig, stop: StopFlag | None = None) ->
     """The backend entry (`python -m kubegan_trainer` calls it): returns the process exit
     code, 0 or EXIT_INTERRUPTED after a stop with a checkpoint."""
     stop = stop or StopFlag().install()
-    trainer = build_trainer(config, env, stop)
-    code = trainer.fit()
-    from kubegan_trainer.tf_backend.testhooks import dump_weights_if_asked
-
-    dump_weights_if_asked(trainer.info.worker_index, trainer.G, trainer.D)
-    return code
+    return build_trainer(config, env, stop).fit()

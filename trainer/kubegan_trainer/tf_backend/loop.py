@@ -16,18 +16,18 @@ gradients are checked for inf/NaN *after* the all-reduce (so all replicas agree)
 overflow skips that network's update and halves its scale. Clipping happens on scaled
 gradients against clipNorm x scale, which is the same as clipping unscaled ones.
 
-At every step boundary the replicas agree, inside the same step function (no extra
-round trip), on two flags: stop (SIGTERM on any worker) and "interval checkpoint due"
-(the chief's clock). Checkpoints are collective; the chief writes the real files.
+The replicas agree on the driver's two flags, stop (SIGTERM on any worker) and "interval
+checkpoint due" (the chief's clock), inside the same step function (no extra round trip).
+Epochs, checkpoint positions and reporting are the framework-free driver's
+(`kubegan_trainer.driver`); this class is its TensorFlow backend. Checkpoints are
+collective; the chief writes the real files.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,9 @@ import tensorflow as tf
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
-from kubegan_trainer.intervals import CheckpointSchedule
-from kubegan_trainer.reporting import Reporter
-from kubegan_trainer.samples import save_image_grid, save_paired_grid, save_shower_plot
+from kubegan_trainer.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
+from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.signals import StopFlag
-from kubegan_trainer.tf_backend import testhooks
 from kubegan_trainer.tf_backend.ckpt import TfCheckpoints
 from kubegan_trainer.tf_backend.data import InputSource
 from kubegan_trainer.tf_backend.models import TfGanTask, build_task
@@ -52,24 +49,6 @@ from kubegan_trainer.tf_backend.precision import uses_loss_scaling
 from kubegan_trainer.tf_backend.strategy import StrategyInfo
 
 log = logging.getLogger("kubegan_trainer")
-
-SAMPLE_COUNT = {"images": 64, "paired": 4, "showers": 32}
-SAMPLE_SEED_OFFSET = 12345
-
-
-@dataclass
-class Hooks:
-    """In-process test and tooling hooks; the trainer runs fine without any."""
-
-    on_step: Callable[[TfGanTrainer, int, int, dict[str, Any]], None] | None = None
-
-
-@dataclass
-class EpochAccumulator:
-    g_sum: float = 0.0
-    d_sum: float = 0.0
-    steps: int = 0
-    elapsed: float = 0.0
 
 
 class TfGanTrainer:
@@ -83,16 +62,19 @@ class TfGanTrainer:
         hooks: Hooks | None = None,
     ) -> None:
         self.config, self.env, self.info, self.source = config, env, info, source
-        self.stop, self.hooks = stop, hooks or Hooks()
+        self.stop, self.hooks = stop, hooks
         t = config.training
         self.strategy = info.strategy
         self.chief = info.chief
+        self.rank = info.worker_index
+        self.data_kind = source.kind
         self.batch, self.k, self.replicas = (
             t.batch_size_per_replica,
             t.gradient_accumulation_steps,
             info.replicas,
         )
-        self.global_batch = self.batch * self.k * self.replicas
+        self.global_batch = self.samples_per_step = self.batch * self.k * self.replicas
+        self.world_size = self.replicas
         self.clip = t.gradient_clip_norm
         self.scaling = uses_loss_scaling(t.mixed_precision)
         self.steps_per_epoch = source.num_samples // self.global_batch
@@ -150,15 +132,7 @@ class TfGanTrainer:
         self.ckpts = TfCheckpoints(
             Path(env.checkpoint_dir), config.checkpoint.keep, self.checkpoint, info.worker_index
         )
-        self.schedule = CheckpointSchedule(
-            config.checkpoint.interval_epochs, config.checkpoint.interval_minutes
-        )
-        self.acc = EpochAccumulator()
-        self.global_step = 0
-        self.last_saved: Position | None = None
-        self.report = Reporter(env, self.output, config.training.epochs, self.chief)
-        self.trace = testhooks.BatchTrace.from_env(info.worker_index)
-        self.self_stop = testhooks.SelfStop.from_env(info.worker_index)
+        self._reclaim_pending = False
         self._train_step = tf.function(self._distributed_step)
 
     # ---- one step --------------------------------------------------------------------------
@@ -241,31 +215,25 @@ class TfGanTrainer:
             self.stop.install()
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def save(self, pos: Position) -> None:
+    def save(self, pos: Position, state: LoopState) -> None:
         """Collective: every worker calls it; the chief writes the files."""
-        if self.last_saved == pos:
-            return
-        t0 = time.perf_counter()
         s = self.state
         s["epoch"].assign(pos.epoch)
         s["step"].assign(pos.step)
-        s["global_step"].assign(self.global_step)
-        s["g_sum"].assign(self.acc.g_sum)
-        s["d_sum"].assign(self.acc.d_sum)
-        s["acc_steps"].assign(self.acc.steps)
-        s["elapsed"].assign(self.acc.elapsed)
+        s["global_step"].assign(state.global_step)
+        s["g_sum"].assign(state.g_sum)
+        s["d_sum"].assign(state.d_sum)
+        s["acc_steps"].assign(state.steps)
+        s["elapsed"].assign(state.elapsed)
         self.ckpts.save(
             pos,
-            self.global_step,
+            state.global_step,
             {
                 "framework": "tensorflow",
                 "replicas": self.replicas,
                 "workers": self.info.num_workers,
             },
         )
-        self.report.checkpoint_written(time.perf_counter() - t0, pos)
-        self.schedule.mark()
-        self.last_saved = pos
 
     def _same_everywhere(self, value: int) -> bool:
         """Whether every replica holds the same integer (workers must pick one checkpoint).
@@ -279,7 +247,7 @@ class TfGanTrainer:
         m, m2 = (float(x) for x in mean.numpy())
         return abs(m2 - m * m) < 1e-6
 
-    def resume(self) -> Position:
+    def resume(self) -> tuple[Position, LoopState]:
         error, saved = "", None
         try:
             saved = self.ckpts.latest_valid()
@@ -295,12 +263,12 @@ class TfGanTrainer:
         if error:
             raise TrainerError(error)
         if saved is None:
-            return Position(0, 0)
+            return Position(0, 0), LoopState()
         self.ckpts.restore(saved)
         s = self.state
         pos = Position(int(s["epoch"].numpy()), int(s["step"].numpy()))
-        self.global_step = int(s["global_step"].numpy())
-        self.acc = EpochAccumulator(
+        state = LoopState(
+            int(s["global_step"].numpy()),
             float(s["g_sum"].numpy()),
             float(s["d_sum"].numpy()),
             int(s["acc_steps"].numpy()),
@@ -315,74 +283,47 @@ class TfGanTrainer:
                     saved_replicas,
                     self.replicas,
                 )
-            self.rng.reset_from_seed(self.config.training.seed + 104729 * self.global_step)
+            self.rng.reset_from_seed(self.config.training.seed + 104729 * state.global_step)
             s["replicas"].assign(self.replicas)
-        self.last_saved = pos
-        return pos
+        return pos, state
 
     # ---- samples ---------------------------------------------------------------------------
-    def render_samples(self, epoch: int) -> Path:
-        """Chief only: generate from fixed inputs and write samples/epoch-NNNN.png. The
-        generator runs in training mode (batch statistics, as in training) with its
-        moving statistics restored afterwards, and from a private generator, so
-        rendering never changes the training state or random stream."""
-        n = min(SAMPLE_COUNT[self.source.kind], len(next(iter(self.source.sample_arrays.values()))))
-        batch = {k: tf.constant(v[:n]) for k, v in self.source.sample_arrays.items()}
-        gen = tf.random.Generator.from_seed(self.config.training.seed + SAMPLE_SEED_OFFSET)
+    def real_examples(self, n: int) -> dict[str, np.ndarray]:
+        arrays = self.source.sample_arrays
+        n = min(n, len(next(iter(arrays.values()))))
+        return {k: _channels_first(v[:n]) for k, v in arrays.items()}
+
+    def generate(self, real: dict[str, np.ndarray], seed: int) -> Generated:
+        """Chief only: generate for `real` from a private generator, in training mode
+        (batch statistics, as in training) with the moving statistics restored
+        afterwards, so the training state and random stream are unchanged."""
+        batch = {k: tf.constant(_channels_last(v)) for k, v in real.items()}
+        gen = tf.random.Generator.from_seed(seed)
         saved = [v.numpy() for v in self.G.non_trainable_variables]
         with self.strategy.scope():
-            fake = self.task.generate(self.task.generator_inputs(batch, gen), training=True)
-        fake = np.asarray(tf.cast(fake, tf.float32).numpy())
+            inputs = self.task.generator_inputs(batch, gen)
+            fake = self.task.generate(inputs, training=True)
         for v, old in zip(self.G.non_trainable_variables, saved, strict=True):
             v.assign(old)
-        path = self.output / "samples" / f"epoch-{epoch:04d}.png"
-        first = lambda a: np.moveaxis(np.asarray(a, np.float32), -1, 1)  # noqa: E731 - to (N, C, ...)
-        if self.source.kind == "paired":
-            save_paired_grid(path, first(batch["a"]), first(fake), first(batch["b"]))
-        elif self.source.kind == "showers":
-            save_shower_plot(path, first(batch["image"]), first(fake), caption=f"epoch {epoch}")
-        else:
-            save_image_grid(path, first(fake), ncol=8)
-        return path
+        fake = _channels_first(np.asarray(tf.cast(fake, tf.float32).numpy()))
+        return Generated(fake, {k: np.asarray(v.numpy()) for k, v in inputs.items()})
 
-    # ---- epochs ----------------------------------------------------------------------------
-    def _finish_epoch(self, epoch0: int, elapsed: float) -> None:
-        steps = max(self.acc.steps, 1)
-        epoch = epoch0 + 1
-        samples = self.acc.steps * self.global_batch
-        if not self.chief:
-            return
-        self.render_samples(epoch)
-        self.report.epoch_done(
-            epoch,
-            elapsed,
-            steps=self.acc.steps,
-            samples=samples,
-            g_loss=self.acc.g_sum / steps,
-            d_loss=self.acc.d_sum / steps,
-            world_size=self.replicas,
-        )
+    def weights(self) -> dict[str, np.ndarray]:
+        def flat(model: keras.Model) -> np.ndarray:
+            return np.concatenate(
+                [np.asarray(v.numpy(), np.float64).ravel() for v in model.weights]
+            )
 
-    def fit(self) -> int:
-        """Train to the last epoch; EXIT_INTERRUPTED after a stop request (checkpointed)."""
-        epochs = self.config.training.epochs
-        start = self.resume()
-        if self.report.start(start, self.steps_per_epoch, self.replicas):
-            return 0
-        for epoch0 in range(start.epoch, epochs):
-            first = start.step if epoch0 == start.epoch else 0
-            if first == 0:
-                self.acc = EpochAccumulator()
-            if self._run_epoch(epoch0, first):
-                self.report.stopped(self.last_saved, self.stop.signal_name, epoch0)
-                return EXIT_INTERRUPTED
-        self.report.finished()
-        return 0
+        return {"generator": flat(self.G), "discriminator": flat(self.D)}
 
-    def _run_epoch(self, epoch0: int, first_step: int) -> bool:
-        """One epoch from `first_step`; True when stopped early."""
-        steps = self.steps_per_epoch
-        src = self.source
+    # ---- the driver's protocol ----------------------------------------------------------------
+    def epoch_losses(self, state: LoopState) -> tuple[float, float]:
+        # Each step's losses are already means over every replica: nothing to reduce.
+        steps = max(state.steps, 1)
+        return float(state.g_sum) / steps, float(state.d_sum) / steps
+
+    def batches(self, epoch0: int, first_step: int) -> Iterator[Any]:
+        steps, src = self.steps_per_epoch, self.source
         ds = src.epoch_dataset(
             epoch0, first_step if src.skip_in_source else 0, self.global_batch, steps
         )
@@ -390,40 +331,27 @@ class TfGanTrainer:
         if not src.skip_in_source:
             for _ in range(first_step):  # FILE-sharded streams: advance, do not train
                 next(it)
-        seg_start = time.perf_counter()
-        stop = False
-        for step in range(first_step, steps):
-            t0 = time.perf_counter()
-            flags = tf.constant(
-                [float(self.stop.requested), float(self.chief and self.schedule.time_due())]
-            )
-            g, d, agreed, index = self._train_step(next(it), flags)
-            self.acc.g_sum += float(g)
-            self.acc.d_sum += float(d)
-            self.acc.steps += 1
-            self.global_step += 1
-            if step == first_step:
-                self._reclaim_sigterm()
-            stop, due = bool(agreed[0] > 0), bool(agreed[1] > 0)
-            info = {"index": index.numpy(), "g_loss": float(g), "d_loss": float(d)}
-            if self.trace:
-                self.trace.record(epoch0, step, info["index"])
-            if self.hooks.on_step:
-                self.hooks.on_step(self, epoch0, step + 1, info)
-            if self.self_stop:
-                self.self_stop.maybe_fire(self.global_step)
-            self.report.step_done(time.perf_counter() - t0, epoch0, step + 1, steps)
-            if step + 1 == steps:
-                break  # the epoch end below checkpoints if needed
-            if stop or due:
-                now = time.perf_counter()
-                self.acc.elapsed += now - seg_start
-                seg_start = now
-                self.save(Position(epoch0, step + 1))
-                if stop:
-                    return True
-        elapsed = self.acc.elapsed + (time.perf_counter() - seg_start)
-        self._finish_epoch(epoch0, elapsed)
-        if stop or self.schedule.epoch_due(epoch0 + 1, self.config.training.epochs):
-            self.save(Position(epoch0 + 1, 0))
-        return stop
+        self._reclaim_pending = True
+        for _ in range(first_step, steps):
+            yield next(it)
+
+    def step(self, batch: Any, local_flags: Flags) -> StepResult:
+        flags = tf.constant([float(f) for f in local_flags()])
+        g, d, agreed, index = self._train_step(batch, flags)
+        if self._reclaim_pending:
+            self._reclaim_sigterm()
+            self._reclaim_pending = False
+        return StepResult(
+            float(g), float(d), bool(agreed[0] > 0), bool(agreed[1] > 0), index.numpy()
+        )
+
+    def fit(self) -> int:
+        return Driver(self, self.config, self.env, self.stop, self.hooks).fit()
+
+
+def _channels_first(a: np.ndarray) -> np.ndarray:
+    return np.moveaxis(a, -1, 1) if a.ndim >= 4 else a
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1)) if a.ndim >= 4 else a

@@ -23,10 +23,6 @@ from kubegan_trainer.signals import StopFlag
 
 log = logging.getLogger("kubegan_trainer")
 
-# Environment hook for tests: "RANK:STEP" makes that rank send itself SIGTERM after that
-# many optimizer steps, exercising the real signal path at a known point.
-TEST_SIGTERM_ENV = "KUBEGAN_TEST_SIGTERM_AT"
-
 
 def run(env: ClusterEnv, config: TrainerConfig) -> int:
     nproc = env.nproc_per_node
@@ -89,7 +85,7 @@ def worker(
 
     from kubegan_trainer.data import build_dataset
     from kubegan_trainer.torch_backend import rng
-    from kubegan_trainer.torch_backend.loop import DistInfo, GanTrainer, Hooks
+    from kubegan_trainer.torch_backend.loop import DistInfo, GanTrainer
     from kubegan_trainer.torch_backend.models import build_task
 
     nproc = env.nproc_per_node
@@ -123,16 +119,6 @@ def worker(
     else:  # a one-rank group keeps ZeRO and the collectives uniform
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     ctrl = dist.new_group(backend="gloo") if backend == "nccl" and world > 1 else None
-    hooks = hooks or Hooks()
-    spec = os.environ.get(TEST_SIGTERM_ENV)
-    if spec and hooks.on_step is None:
-        target_rank, target_step = (int(x) for x in spec.split(":"))
-
-        def self_sigterm(trainer: GanTrainer, epoch0: int, step: int) -> None:
-            if rank == target_rank and trainer.global_step == target_step:
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        hooks.on_step = self_sigterm
     try:
         trainer = GanTrainer(
             config, env, DistInfo(rank, world, local_rank, device, ctrl), task, dataset, stop, hooks

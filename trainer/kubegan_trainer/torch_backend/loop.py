@@ -13,17 +13,18 @@ With k = 1 the D phase's fakes (with their graph) are reused by the G phase, sav
 generator forward; with k > 1 the D phase generates under no_grad and the G phase
 regenerates from the same inputs, so memory stays that of one micro-batch.
 
-At every step boundary the ranks agree (one tiny all-reduce on a CPU/gloo group, which
-never waits on the GPU stream) on two flags: stop (SIGTERM on any rank) and "interval
-checkpoint due" (rank 0's clock). Checkpoints are collective; rank 0 writes them.
+After every step the ranks agree (one tiny all-reduce on a CPU/gloo group, which never
+waits on the GPU stream) on the driver's two flags: stop (SIGTERM on any rank) and
+"interval checkpoint due" (rank 0's clock). Epochs, checkpoint positions and reporting
+are the framework-free driver's (`kubegan_trainer.driver`); this class is its PyTorch
+backend. Checkpoints are collective; rank 0 writes them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,8 @@ from kubegan_trainer.checkpoint import CheckpointStore, Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.data import Dataset
-from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
-from kubegan_trainer.intervals import CheckpointSchedule
-from kubegan_trainer.reporting import Reporter
-from kubegan_trainer.samples import save_image_grid, save_paired_grid, save_shower_plot
+from kubegan_trainer.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
+from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.signals import StopFlag
 from kubegan_trainer.torch_backend import rng
 from kubegan_trainer.torch_backend.models import Batch, GanTask
@@ -54,7 +53,6 @@ log = logging.getLogger("kubegan_trainer")
 
 STATE_FILE = "state.pt"
 CHECKPOINT_FORMAT = 2  # 2: tensors and plain data only (weights_only loading)
-SAMPLE_COUNT = {"images": 64, "paired": 4, "showers": 32}
 
 
 @dataclass(frozen=True)
@@ -64,28 +62,6 @@ class DistInfo:
     local_rank: int
     device: torch.device
     ctrl_group: Any = None  # a gloo group for control messages; None = the default group
-
-
-@dataclass
-class Hooks:
-    """Test and tooling hooks; the trainer runs fine without any."""
-
-    on_step: Callable[[GanTrainer, int, int], None] | None = None  # (trainer, epoch0, steps done)
-
-
-@dataclass
-class EpochAccumulator:
-    """Running sums for the epoch summary; checkpointed so a resumed epoch reports the
-    same numbers as an uninterrupted one."""
-
-    g_sum: Tensor
-    d_sum: Tensor
-    steps: int = 0
-    elapsed: float = 0.0  # seconds spent in this epoch by earlier runs
-
-    @classmethod
-    def zero(cls, device: torch.device) -> EpochAccumulator:
-        return cls(torch.zeros((), device=device), torch.zeros((), device=device))
 
 
 @dataclass
@@ -107,11 +83,13 @@ class GanTrainer:
         hooks: Hooks | None = None,
     ) -> None:
         self.config, self.env, self.dist, self.task = config, env, dist_info, task
-        self.dataset, self.stop, self.hooks = dataset, stop, hooks or Hooks()
+        self.dataset, self.stop, self.hooks = dataset, stop, hooks
         t = config.training
         self.device = dist_info.device
-        self.rank0 = dist_info.rank == 0
-        self.world = dist_info.world_size
+        self.rank0 = self.chief = dist_info.rank == 0
+        self.rank = dist_info.rank
+        self.world = self.world_size = dist_info.world_size
+        self.data_kind = dataset.kind
         self.k = t.gradient_accumulation_steps
         self.batch = t.batch_size_per_replica
         self.clip = t.gradient_clip_norm
@@ -156,6 +134,7 @@ class GanTrainer:
             drop_last=True,
         )
         per_step = self.batch * self.k
+        self.samples_per_step = per_step * self.world
         self.steps_per_epoch = len(self.sampler) // per_step
         if t.steps_per_epoch is not None:
             self.steps_per_epoch = min(self.steps_per_epoch, t.steps_per_epoch)
@@ -173,13 +152,6 @@ class GanTrainer:
         self.store = CheckpointStore(
             Path(env.checkpoint_dir), config.checkpoint.keep, warn=log.warning
         )
-        self.schedule = CheckpointSchedule(
-            config.checkpoint.interval_epochs, config.checkpoint.interval_minutes
-        )
-        self.acc = EpochAccumulator.zero(self.device)
-        self.global_step = 0
-        self.last_saved: Position | None = None
-        self.report = Reporter(env, self.output, config.training.epochs, self.rank0)
 
     # ---- set-up helpers ----------------------------------------------------------------
     def _want_channels_last(self) -> bool:
@@ -274,17 +246,16 @@ class GanTrainer:
             dist.barrier(group=self.dist.ctrl_group)
 
     # ---- checkpoints ---------------------------------------------------------------------
-    def save(self, pos: Position) -> None:
+    def save(self, pos: Position, state: LoopState) -> None:
         """Collective: every rank contributes its RNG state; rank 0 writes."""
-        t0 = time.perf_counter()
         # Per-rank state: RNG streams and this epoch's loss sums differ between ranks.
         mine = {
             "rng": rng.capture(self.device),
             "epoch_acc": {
-                "g_sum": self.acc.g_sum.cpu(),
-                "d_sum": self.acc.d_sum.cpu(),
-                "steps": self.acc.steps,
-                "elapsed": self.acc.elapsed,
+                "g_sum": torch.as_tensor(state.g_sum).cpu(),
+                "d_sum": torch.as_tensor(state.d_sum).cpu(),
+                "steps": state.steps,
+                "elapsed": state.elapsed,
             },
         }
         states = [mine]
@@ -298,7 +269,7 @@ class GanTrainer:
             payload = {
                 "format": CHECKPOINT_FORMAT,
                 "position": {"epoch": pos.epoch, "step": pos.step},
-                "global_step": self.global_step,
+                "global_step": state.global_step,
                 "world_size": self.world,
                 "generator": self.G.state_dict(),
                 "discriminator": self.D.state_dict(),
@@ -317,12 +288,9 @@ class GanTrainer:
             except BaseException:
                 self.store.abort(staging)
                 raise
-            self.report.checkpoint_written(time.perf_counter() - t0, pos)
         self._barrier()
-        self.schedule.mark()
-        self.last_saved = pos
 
-    def resume(self) -> Position:
+    def resume(self) -> tuple[Position, LoopState]:
         """Load the latest valid checkpoint (if any) on every rank; returns where to go on."""
         decision: dict[str, Any] = {"name": None}
         if self.rank0:
@@ -336,7 +304,7 @@ class GanTrainer:
         if "error" in decision:
             raise TrainerError(decision["error"])
         if decision["name"] is None:
-            return Position(0, 0)
+            return Position(0, 0), LoopState()
         path = Path(self.env.checkpoint_dir) / decision["name"] / STATE_FILE
         # Workers may or may not share the checkpoint volume: each reads it where every
         # rank can see it, otherwise rank 0 reads it and sends it.
@@ -358,7 +326,7 @@ class GanTrainer:
             payload = self._broadcast(payload)
         return self._apply_payload(payload, path)
 
-    def _apply_payload(self, payload: dict[str, Any], path: Path) -> Position:
+    def _apply_payload(self, payload: dict[str, Any], path: Path) -> tuple[Position, LoopState]:
         if payload.get("format") != CHECKPOINT_FORMAT:
             raise TrainerError(
                 f"checkpoint {path} has format {payload.get('format')!r}, this trainer reads "
@@ -371,7 +339,7 @@ class GanTrainer:
             self.opt_d.load_state_dict(payload["opt_d"])
             self.scaler.load_state_dict(payload["scaler"])
             pos = Position(**payload["position"])
-            self.global_step = int(payload["global_step"])
+            global_step = int(payload["global_step"])
             same_world = payload["world_size"] == self.world
             mine = payload["ranks"][self.dist.rank if same_world else 0]
             acc = mine["epoch_acc"]
@@ -380,8 +348,12 @@ class GanTrainer:
             raise TrainerError(
                 f"checkpoint {path} does not fit this job's model or optimizers ({first})"
             ) from None
-        self.acc = EpochAccumulator(
-            acc["g_sum"].to(self.device), acc["d_sum"].to(self.device), acc["steps"], acc["elapsed"]
+        state = LoopState(
+            global_step,
+            acc["g_sum"].to(self.device),
+            acc["d_sum"].to(self.device),
+            acc["steps"],
+            acc["elapsed"],
         )
         if same_world:
             rng.restore(mine["rng"], self.device)
@@ -393,24 +365,20 @@ class GanTrainer:
                     payload["world_size"],
                     self.world,
                 )
-            rng.seed_all(
-                self.config.training.seed + 7919 * self.dist.rank + 104729 * self.global_step
-            )
-        self.last_saved = pos
-        return pos
+            rng.seed_all(self.config.training.seed + 7919 * self.dist.rank + 104729 * global_step)
+        return pos, state
 
     # ---- samples ---------------------------------------------------------------------------
-    def _fixed_sample_inputs(self) -> tuple[Batch, Batch]:
-        n = min(SAMPLE_COUNT[self.dataset.kind], len(self.dataset))
-        batch = self._batch(torch.arange(n))
-        gen = torch.Generator().manual_seed(self.config.training.seed + 12345)
-        return batch, self.task.generator_inputs(batch, rng=gen)
+    def real_examples(self, n: int) -> dict[str, np.ndarray]:
+        n = min(n, len(self.dataset))
+        return {k: v[:n] for k, v in self.dataset.arrays.items()}
 
-    def render_samples(self, epoch: int) -> Path:
-        """Rank 0: generate from fixed inputs and write samples/epoch-NNNN.png. The
-        generator runs in train mode (batch statistics, as during training) with its
-        buffers restored and the RNG forked afterwards, so training is unaffected."""
-        batch, inputs = self._fixed_sample_inputs()
+    def generate(self, real: dict[str, np.ndarray], seed: int) -> Generated:
+        """Rank 0: generate for `real` from a private RNG. The generator runs in train mode
+        (batch statistics, as during training) with its buffers restored and the global
+        RNG forked, so training is unaffected."""
+        batch = {k: self._to_device(torch.from_numpy(v)) for k, v in real.items()}
+        inputs = self.task.generator_inputs(batch, rng=torch.Generator().manual_seed(seed))
         saved = {k: v.clone() for k, v in self.G.named_buffers()}
         devices = [self.device] if self.device.type == "cuda" else []
         with (
@@ -422,91 +390,40 @@ class GanTrainer:
         with torch.no_grad():
             for k, v in self.G.named_buffers():
                 v.copy_(saved[k])
-        path = self.output / "samples" / f"epoch-{epoch:04d}.png"
-        real = {k: v.float().cpu().numpy() for k, v in batch.items() if v.is_floating_point()}
-        if self.dataset.kind == "paired":
-            save_paired_grid(path, real["a"], fake, real["b"])
-        elif self.dataset.kind == "showers":
-            save_shower_plot(path, real["image"], fake, caption=f"epoch {epoch}")
-        else:
-            save_image_grid(path, fake, ncol=8)
-        return path
+        return Generated(fake, {k: v.cpu().numpy() for k, v in inputs.items()})
 
-    # ---- epochs ------------------------------------------------------------------------------
-    def _finish_epoch(self, epoch0: int, elapsed: float) -> None:
-        sums = torch.stack([self.acc.g_sum, self.acc.d_sum]).float()
+    def weights(self) -> dict[str, np.ndarray]:
+        return {"generator": params_digest(self.G), "discriminator": params_digest(self.D)}
+
+    # ---- the driver's protocol ----------------------------------------------------------------
+    def epoch_losses(self, state: LoopState) -> tuple[float, float]:
+        sums = torch.stack(
+            [
+                torch.as_tensor(state.g_sum, device=self.device),
+                torch.as_tensor(state.d_sum, device=self.device),
+            ]
+        ).float()
         if self.world > 1:
             dist.all_reduce(sums)  # on the training group: these live on the device
-        steps = max(self.acc.steps, 1)
-        g, d = (sums / (steps * self.world)).tolist()
-        epoch = epoch0 + 1
-        samples = self.acc.steps * self.batch * self.k * self.world
-        if self.rank0:
-            self.render_samples(epoch)
-        self.report.epoch_done(
-            epoch,
-            elapsed,
-            steps=self.acc.steps,
-            samples=samples,
-            g_loss=g,
-            d_loss=d,
-            world_size=self.world,
-        )
+        g, d = (sums / (max(state.steps, 1) * self.world)).tolist()
+        return g, d
 
-    def fit(self) -> int:
-        """Train to the last epoch; EXIT_INTERRUPTED after a stop request (checkpointed)."""
-        epochs = self.config.training.epochs
-        start = self.resume()
-        if self.report.start(start, self.steps_per_epoch, self.world):
-            return 0
-        for epoch0 in range(start.epoch, epochs):
-            first = start.step if epoch0 == start.epoch else 0
-            if first == 0:
-                self.acc = EpochAccumulator.zero(self.device)
-            if self._run_epoch(epoch0, first):
-                self.report.stopped(self.last_saved, self.stop.signal_name, epoch0)
-                return EXIT_INTERRUPTED
-        self.report.finished()
-        return 0
-
-    def _run_epoch(self, epoch0: int, first_step: int) -> bool:
-        """One epoch from `first_step`; True when stopped early."""
+    def batches(self, epoch0: int, first_step: int) -> Iterator[tuple[list[Batch], Tensor]]:
         self.sampler.set_epoch(epoch0)
         order = torch.tensor(list(iter(self.sampler)), dtype=torch.int64)
-        per_step = self.batch * self.k
-        steps = self.steps_per_epoch
-        seg_start = time.perf_counter()
-        stop = False
-        for step in range(first_step, steps):
-            t0 = time.perf_counter()
+        per_step, b = self.batch * self.k, self.batch
+        for step in range(first_step, self.steps_per_epoch):
             chunk = order[step * per_step : (step + 1) * per_step]
-            micro = [
-                self._batch(chunk[i * self.batch : (i + 1) * self.batch]) for i in range(self.k)
-            ]
-            stats = self.train_step(micro)
-            self.acc.g_sum += stats.g_loss
-            self.acc.d_sum += stats.d_loss
-            self.acc.steps += 1
-            self.global_step += 1
-            if self.hooks.on_step:
-                self.hooks.on_step(self, epoch0, step + 1)
-            stop, due = self._agree(self.stop.requested, self.rank0 and self.schedule.time_due())
-            self.report.step_done(time.perf_counter() - t0, epoch0, step + 1, steps)
-            if step + 1 == steps:
-                break  # the epoch end below checkpoints if needed
-            if stop or due:
-                now = time.perf_counter()
-                self.acc.elapsed += now - seg_start
-                seg_start = now
-                self.save(Position(epoch0, step + 1))
-                if stop:
-                    return True
-        elapsed = self.acc.elapsed + (time.perf_counter() - seg_start)
-        self._finish_epoch(epoch0, elapsed)
-        done = Position(epoch0 + 1, 0)
-        if stop or self.schedule.epoch_due(epoch0 + 1, self.config.training.epochs):
-            self.save(done)
-        return stop
+            yield [self._batch(chunk[i * b : (i + 1) * b]) for i in range(self.k)], chunk
+
+    def step(self, batch: tuple[list[Batch], Tensor], local_flags: Flags) -> StepResult:
+        micro, index = batch
+        stats = self.train_step(micro)
+        stop, due = self._agree(*local_flags())
+        return StepResult(stats.g_loss, stats.d_loss, stop, due, index.numpy())
+
+    def fit(self) -> int:
+        return Driver(self, self.config, self.env, self.stop, self.hooks).fit()
 
 
 def params_digest(module: nn.Module) -> np.ndarray:

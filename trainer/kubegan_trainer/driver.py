@@ -1,0 +1,240 @@
+"""The epoch driver, written once for every framework.
+
+It owns what must not differ between PyTorch and TensorFlow: where training resumes, the
+epoch and step loop, the per-step agreement on "stop" and "interval checkpoint due",
+which positions are checkpointed, the epoch's running sums, samples and reporting. A
+backend owns the numerics behind a small protocol (`Backend`): restore and write its
+state, produce the epoch's batches, run one optimizer step, reduce the epoch's losses
+across ranks, and generate images from given real inputs.
+
+One step, as the driver sees it:
+
+    result = backend.step(batch, local_flags)   # the backend calls local_flags() when it is
+                                                # ready to agree on them with its peers
+    state.g_sum += result.g_loss                # framework scalars: no host sync per step
+    if result.stop or result.due: checkpoint    # the same decision on every rank
+
+PyTorch reads the flags after its step and agrees on them with one small all-reduce;
+TensorFlow reads them before and agrees inside its step function (no extra round trip).
+The driver does not care which, so each backend keeps its cheapest collective.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from kubegan_trainer import testhooks
+from kubegan_trainer.checkpoint import Position
+from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.errors import EXIT_INTERRUPTED
+from kubegan_trainer.intervals import CheckpointSchedule
+from kubegan_trainer.reporting import Reporter
+from kubegan_trainer.samples import SAMPLE_COUNT, save_samples
+from kubegan_trainer.signals import StopFlag
+
+log = logging.getLogger("kubegan_trainer")
+
+SAMPLE_SEED_OFFSET = 12345  # the fixed sample noise: its own stream, never training's
+
+
+@dataclass
+class LoopState:
+    """What a checkpoint holds besides networks and optimizers: the optimizer steps done
+    and the running sums of the current epoch, so a resumed epoch reports the numbers an
+    uninterrupted one would have."""
+
+    global_step: int = 0
+    g_sum: Any = 0.0  # a float or a framework scalar (kept on its device)
+    d_sum: Any = 0.0
+    steps: int = 0
+    elapsed: float = 0.0  # seconds spent in this epoch by earlier runs
+
+    def next_epoch(self) -> LoopState:
+        return LoopState(global_step=self.global_step)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    g_loss: Any  # this step's mean losses (framework scalars or floats)
+    d_loss: Any
+    stop: bool  # agreed by every rank
+    due: bool
+    index: np.ndarray | None = None  # dataset indices this worker trained on (tests)
+
+
+Flags = Callable[[], tuple[bool, bool]]  # (stop requested here, interval due here)
+
+
+class Backend(Protocol):
+    """What the driver needs from a framework."""
+
+    chief: bool  # writes outputs (rank 0 / worker 0)
+    rank: int  # this process's index for test hooks (rank, or worker index)
+    world_size: int  # replicas that share a step (for throughput and metrics.jsonl)
+    steps_per_epoch: int
+    samples_per_step: int  # global batch of one optimizer step
+    data_kind: str  # "images" | "paired" | "showers"
+
+    def resume(self) -> tuple[Position, LoopState]:
+        """Collective: load the newest valid checkpoint, or (0, 0) and a fresh state."""
+
+    def save(self, pos: Position, state: LoopState) -> None:
+        """Collective: write a checkpoint at `pos` (the chief writes the files)."""
+
+    def batches(self, epoch0: int, first_step: int) -> Iterator[Any]:
+        """The epoch's batches from `first_step` on, in the order of an unbroken run."""
+
+    def step(self, batch: Any, local_flags: Flags) -> StepResult:
+        """One optimizer step and the agreement on this rank's flags."""
+
+    def epoch_losses(self, state: LoopState) -> tuple[float, float]:
+        """Collective: the epoch's mean (g, d) losses over every rank."""
+
+    def real_examples(self, n: int) -> dict[str, np.ndarray]:
+        """The first `n` examples of the data set, channels first."""
+
+    def generate(self, real: dict[str, np.ndarray], seed: int) -> Generated:
+        """Chief: generate for `real`'s conditioning from a private RNG, leaving the
+        training state (BatchNorm buffers, random streams) as it was."""
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Every weight of each network, flattened (tests compare workers and runs)."""
+
+
+@dataclass(frozen=True)
+class Generated:
+    images: np.ndarray  # channels first, float32
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. the labels asked for
+
+
+@dataclass
+class Hooks:
+    """In-process hooks for tests and tooling; the driver runs fine without any."""
+
+    on_step: Callable[[Any, int, int, dict[str, Any]], None] | None = None
+    # (backend, epoch0, steps done in the epoch, {"global_step", "g_loss", "d_loss", "index"})
+
+
+class Driver:
+    def __init__(
+        self,
+        backend: Backend,
+        config: TrainerConfig,
+        env: ClusterEnv,
+        stop: StopFlag,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.b, self.config, self.stop = backend, config, stop
+        self.hooks = hooks or Hooks()
+        self.epochs = config.training.epochs
+        self.output = Path(env.output_dir)
+        self.schedule = CheckpointSchedule(
+            config.checkpoint.interval_epochs, config.checkpoint.interval_minutes
+        )
+        self.report = Reporter(env, self.output, self.epochs, backend.chief)
+        self.env_hooks = testhooks.EnvHooks.from_env(backend.rank)
+        self.state = LoopState()
+        self.last_saved: Position | None = None
+
+    # ---- the whole run -------------------------------------------------------------------
+    def fit(self) -> int:
+        """Train to the last epoch; EXIT_INTERRUPTED after a stop request (checkpointed)."""
+        try:
+            return self._fit()
+        finally:
+            self.env_hooks.finished(self.b)
+
+    def _fit(self) -> int:
+        start, self.state = self.b.resume()
+        self.last_saved = start if start != Position(0, 0) else None
+        if self.report.start(start, self.b.steps_per_epoch, self.b.world_size):
+            return 0
+        for epoch0 in range(start.epoch, self.epochs):
+            first = start.step if epoch0 == start.epoch else 0
+            if first == 0:
+                self.state = self.state.next_epoch()
+            if self._run_epoch(epoch0, first):
+                self.report.stopped(self.last_saved, self.stop.signal_name, epoch0)
+                return EXIT_INTERRUPTED
+        self.report.finished()
+        return 0
+
+    def save(self, pos: Position) -> None:
+        if pos == self.last_saved:
+            return
+        t0 = time.perf_counter()
+        self.b.save(pos, self.state)
+        self.report.checkpoint_written(time.perf_counter() - t0, pos)
+        self.schedule.mark()
+        self.last_saved = pos
+
+    # ---- one epoch -----------------------------------------------------------------------
+    def _local_flags(self) -> tuple[bool, bool]:
+        # Test hooks fire here, just before the flags are read, so "stop during global step
+        # S" checkpoints at S in every backend.
+        self.env_hooks.before_flags(self.state.global_step + 1)
+        return self.stop.requested, self.b.chief and self.schedule.time_due()
+
+    def _run_epoch(self, epoch0: int, first_step: int) -> bool:
+        """One epoch from `first_step`; True when stopped early."""
+        steps, st = self.b.steps_per_epoch, self.state
+        seg_start = time.perf_counter()
+        stop = False
+        for step, batch in enumerate(self.b.batches(epoch0, first_step), start=first_step):
+            t0 = time.perf_counter()
+            r = self.b.step(batch, self._local_flags)
+            st.g_sum = st.g_sum + r.g_loss
+            st.d_sum = st.d_sum + r.d_loss
+            st.steps += 1
+            st.global_step += 1
+            stop = r.stop
+            self.env_hooks.after_step(epoch0, step, r.index)
+            if self.hooks.on_step:
+                info = {"global_step": st.global_step, "index": r.index}
+                info.update(g_loss=float(r.g_loss), d_loss=float(r.d_loss))
+                self.hooks.on_step(self.b, epoch0, step + 1, info)
+            self.report.step_done(time.perf_counter() - t0, epoch0, step + 1, steps)
+            if step + 1 == steps:
+                break  # the epoch end below checkpoints if needed
+            if r.stop or r.due:
+                now = time.perf_counter()
+                st.elapsed += now - seg_start
+                seg_start = now
+                self.save(Position(epoch0, step + 1))
+                if r.stop:
+                    return True
+        elapsed = st.elapsed + (time.perf_counter() - seg_start)
+        self._finish_epoch(epoch0 + 1, elapsed)
+        if stop or self.schedule.epoch_due(epoch0 + 1, self.epochs):
+            self.save(Position(epoch0 + 1, 0))
+        return stop
+
+    def _finish_epoch(self, epoch: int, elapsed: float) -> None:
+        g, d = self.b.epoch_losses(self.state)  # collective: every rank takes part
+        if self.b.chief:
+            self.render_samples(epoch)
+        self.report.epoch_done(
+            epoch,
+            elapsed,
+            steps=self.state.steps,
+            samples=self.state.steps * self.b.samples_per_step,
+            g_loss=g,
+            d_loss=d,
+            world_size=self.b.world_size,
+        )
+
+    def render_samples(self, epoch: int) -> Path:
+        """Chief: samples/epoch-NNNN.png from fixed real inputs and fixed noise."""
+        real = self.b.real_examples(SAMPLE_COUNT[self.b.data_kind])
+        fake = self.b.generate(real, self.config.training.seed + SAMPLE_SEED_OFFSET)
+        path = self.output / "samples" / f"epoch-{epoch:04d}.png"
+        save_samples(path, self.b.data_kind, real, fake.images, caption=f"epoch {epoch}")
+        return path
