@@ -218,21 +218,11 @@ def operator_release(real_cluster: RealCluster, images_loaded: dict[str, str]) -
     real_cluster.apply(restricted_namespace(OPERATOR_NS), restricted_namespace(JOBS_NS))
     name = "kubegan"
     helm = real_cluster.dir / "bin" / "helm"
-    values = {
-        "image": {"repository": "kubegan.local/operator", "tag": IMAGE_TAG, "pullPolicy": "Never"},
-        "trainerImages": TRAINER_IMAGES,
-        "nodeSelector": REAL_NODE_SELECTOR,
-        "operator": {"readTrainerProgress": True},
-        "checkpointStorage": {
-            "create": True,
-            "name": CHECKPOINT_CLAIM,
-            "namespace": JOBS_NS,
-            "storageClassName": "kubegan-local-shared",
-            "size": "5Gi",
-        },
-    }
+    # The preset a user installs with (README: "A real local cluster"); the tag of this build.
     values_file = real_cluster.dir / "e2e-values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
+    values_file.write_text(
+        yaml.safe_dump({"image": {"tag": IMAGE_TAG}, "trainerImages": TRAINER_IMAGES})
+    )
     run(
         [
             str(helm),
@@ -242,6 +232,8 @@ def operator_release(real_cluster: RealCluster, images_loaded: dict[str, str]) -
             str(CHART),
             "-n",
             OPERATOR_NS,
+            "-f",
+            str(CHART / "values-local.yaml"),
             "-f",
             str(values_file),
             "--wait",

@@ -40,6 +40,7 @@ def test_package_contains_crd_schema_and_presets(tmp_path) -> None:
         "values.schema.json",
         "values-gke.yaml",
         "values-aks.yaml",
+        "values-local.yaml",
         "files/dashboard.json",
         "templates/deployment.yaml",
     ):
