@@ -7,6 +7,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 # uv keeps one wheel cache per machine; hardlinks make a second .venv (a fresh clone) nearly free.
 export UV_CACHE_DIR ?= $(HOME)/.cache/uv
 export UV_LINK_MODE ?= hardlink
+REAL_NODES ?= 2
 
 .PHONY: install test test-unit test-trainer test-cluster test-fast lint demo cluster-up cluster-down crd clean
 
@@ -50,12 +51,16 @@ demo: $(VENV)/.installed
 # --- local control plane (hack/README.md) ---
 .PHONY: cluster-binaries
 cluster-binaries: ; bash hack/build-binaries.sh
-cluster-up: ; bash hack/cluster-up.sh
-cluster-down: ; bash hack/cluster-down.sh
+# The control plane, then REAL_NODES real nodes (default 2; REAL_NODES=0: KWOK nodes only).
+cluster-up:
+	bash hack/cluster-up.sh
+	if [ "$(REAL_NODES)" != 0 ]; then REAL_NODES=$(REAL_NODES) bash hack/real-node-up.sh; fi
+cluster-down:
+	bash hack/real-node-down.sh
+	bash hack/cluster-down.sh
 
 # --- real nodes: kubelet + containerd + kube-proxy per node, CoreDNS (hack/README.md) ---
-# Needs root and a running `make cluster-up`. The e2e tier starts its own cluster and nodes.
-REAL_NODES ?= 2
+# Needs root and a running control plane. The e2e tier starts its own cluster and nodes.
 .PHONY: node-binaries real-nodes-up real-nodes-down test-e2e
 node-binaries: ; bash hack/build-node-binaries.sh
 real-nodes-up: node-binaries ; REAL_NODES=$(REAL_NODES) bash hack/real-node-up.sh
