@@ -6,6 +6,8 @@
 # Only one cluster dir at a time can own real nodes on a machine (real-node-up.sh checks), so
 # this removes every kubegan-real-* node it finds, also ones whose state dir is already gone.
 # Safe to run twice. Leaves the control plane alone.
+# Usage: real-node-down.sh          everything
+#        real-node-down.sh 2        only node 2 (its pods die with it; the Node object is deleted)
 set -Eeuo pipefail
 trap 'echo "real-node-down.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -105,6 +107,10 @@ remove_node() {  # remove_node <i>
   done
   rm -f /var/lib/cni/results/"kubegan-$node"-*
   ip route del "$(pod_cidr "$i")" 2>/dev/null || true
+  local other
+  for other in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^kg-real-' || true); do
+    ip -n "$other" route del "$(pod_cidr "$i")" 2>/dev/null || true
+  done
   if ip netns list | awk '{print $1}' | grep -qx "$ns"; then ip netns del "$ns"; fi
   ip link del "kgn-h$i" 2>/dev/null || true
   rm -rf "$dir" "$run"
@@ -116,6 +122,14 @@ remove_node() {  # remove_node <i>
 main() {
   [[ $(id -u) -eq 0 ]] || { echo "real-node-down: needs root" >&2; exit 1; }
   local i
+  if (($# > 0)); then   # only these nodes, as when a cloud reclaims them; the rest stays up
+    for i in "$@"; do
+      [[ "$i" =~ ^[1-9][0-9]?$ ]] || { echo "real-node-down: node index '$i': must be 1..99" >&2; exit 2; }
+    done
+    for i in "$@"; do remove_node "$i"; done
+    log "removed node(s) $*"
+    return 0
+  fi
   for i in $(node_indices); do remove_node "$i"; done
   stop_named coredns
   local p; for p in $(pids_with_arg "$COREDNS_DIR/Corefile"); do stop_pid "$p"; done

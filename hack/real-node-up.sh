@@ -27,6 +27,9 @@
 # The images kubegan.local/pause:busybox (pod sandbox) and kubegan.local/busybox:1.35 are
 # made from Debian's busybox-static (hack/make-busybox-image.sh) and imported into each node.
 #
+# Usage: real-node-up.sh            nodes 1..REAL_NODES
+#        real-node-up.sh 3 4        exactly nodes 3 and 4 (e.g. a replacement for a reclaimed node)
+# Idempotent: running nodes are left alone.
 # Environment:
 #   REAL_NODES               number of nodes (default 1)
 #   KUBEGAN_CLUSTER_DIR      control-plane state dir (default <repo>/.cluster); node state goes
@@ -506,9 +509,14 @@ main() {
   shared_volumes
   start_coredns
   local i
-  for ((i = 1; i <= REAL_NODES; i++)); do start_node "$i"; done
+  local -a indices=("$@")
+  if ((${#indices[@]} == 0)); then mapfile -t indices < <(seq 1 "$REAL_NODES"); fi
+  for i in "${indices[@]}"; do
+    [[ "$i" =~ ^[1-9][0-9]?$ ]] && ((i <= 50)) || die "node index '$i': must be 1..50"
+  done
+  for i in "${indices[@]}"; do start_node "$i"; done
   setup_pod_routes
-  for ((i = 1; i <= REAL_NODES; i++)); do
+  for i in "${indices[@]}"; do
     wait_until "node $(node_name "$i") Ready (log: $LOGS/kubelet-$(node_name "$i").log)" node_ready "$(node_name "$i")"
     log "node $(node_name "$i"): Ready"
   done
