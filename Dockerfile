@@ -6,39 +6,102 @@
 # Builder stages install into a virtualenv; the final stages copy only that virtualenv onto
 # a clean slim base (no compiler, no pip, no package caches). Every dependency ships wheels,
 # so the builders need no build tools either. Versions come from pyproject.toml's pins.
+#
+# Layers, so that a code change rebuilds in seconds: each image's dependencies are installed
+# from a list made from pyproject.toml's pins alone (stage `requirements`), so neither a code
+# change nor an edit elsewhere in pyproject.toml invalidates them; the kubegan package itself
+# is built once (stage `package`) and is the last, small layer of every image.
+# The builders install with uv (from PyPI, pinned: UV_VERSION), whose download cache is a
+# BuildKit cache mount (nothing of it lands in a layer) and works even behind proxies that
+# strip HTTP caching headers, where pip's does not. Optional BuildKit secrets, mounted only
+# for the steps that download and never part of a layer, let a build machine behind a
+# TLS-intercepting proxy trust its CA (hack/build-images.sh passes them):
+#   ca-certificates.crt -> /etc/ssl/certs/ca-certificates.crt, pip.conf -> /etc/pip.conf,
+#   uv.toml -> /etc/uv/uv.toml.
+# Build arguments: PYTHON_IMAGE (the base; hack/build-images.sh passes one made from Debian
+# packages), TF_EXTRA (tensorflow's extra, default and-cuda; empty for CPU-only images),
+# UV_VERSION.
 
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
+# ---------------------------------------------------------------- dependency lists
+FROM ${PYTHON_IMAGE} AS requirements
+WORKDIR /req
+COPY pyproject.toml /src/pyproject.toml
+# tensorflow[and-cuda] adds the CUDA/cuDNN wheels TensorFlow needs to see GPUs.
+ARG TF_EXTRA=and-cuda
+# Writes build.txt (the build backend), operator.txt, torch.txt and tensorflow.txt.
+RUN python -c "import os, re, tomllib; \
+p = tomllib.load(open('/src/pyproject.toml', 'rb')); \
+base = p['project']['dependencies']; extras = p['project']['optional-dependencies']; \
+tf_extra = os.environ.get('TF_EXTRA', ''); \
+tf = [re.sub(r'^tensorflow(?==)', f'tensorflow[{tf_extra}]', r) if tf_extra else r \
+      for r in extras['tensorflow']]; \
+lists = {'build': p['build-system']['requires'], 'operator': base + extras['operator'], \
+         'torch': base + extras['torch'], 'tensorflow': base + tf}; \
+[open(f'{name}.txt', 'w').write('\n'.join(reqs) + '\n') for name, reqs in lists.items()]"
+
 # ---------------------------------------------------------------- builders
-FROM ${PYTHON_IMAGE} AS source
+FROM ${PYTHON_IMAGE} AS uv
+ARG UV_VERSION=0.13.9
+RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv /opt/uv \
+ && /opt/uv/bin/pip install --disable-pip-version-check --no-cache-dir "uv==${UV_VERSION}"
+
+FROM ${PYTHON_IMAGE} AS package
+# The kubegan package alone (no dependencies, no network), installed under the prefix
+# /pkg/opt/venv for the interpreter /opt/venv/bin/python: the final images copy it onto their
+# /opt/venv. /opt/venv here holds only the build backend (pyproject's build-system pins).
 WORKDIR /src
+COPY --from=requirements /req/build.txt /req/build.txt
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
+      -r /req/build.txt
 # README.md is the package's readme (pyproject metadata); nothing else outside the packages.
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY trainer/ trainer/
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    /opt/uv/bin/uv pip install --no-progress --offline --no-cache --python /opt/venv/bin/python \
+      --no-deps --no-build-isolation --compile-bytecode --prefix /pkg/opt/venv .
 
-FROM source AS build-operator
-# hadolint ignore=DL3013
-RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check ".[operator]" \
- && /opt/venv/bin/pip uninstall --yes pip setuptools
+# The dependencies of each image, into /opt/venv (made without pip: the final images have none).
+FROM ${PYTHON_IMAGE} AS deps-operator
+COPY --from=requirements /req/operator.txt /req/requirements.txt
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
+      --compile-bytecode -r /req/requirements.txt
 
-FROM source AS build-torch
+FROM ${PYTHON_IMAGE} AS deps-torch
 # torch from PyPI on linux/amd64 brings its CUDA runtime wheels (nvidia-*): one image for
 # GPU and CPU nodes.
-# hadolint ignore=DL3013
-RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check ".[torch]" \
- && /opt/venv/bin/pip uninstall --yes pip setuptools
+COPY --from=requirements /req/torch.txt /req/requirements.txt
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
+      --compile-bytecode -r /req/requirements.txt
 
-FROM source AS build-tf
-# tensorflow[and-cuda] adds the CUDA/cuDNN wheels TensorFlow needs to see GPUs; the version
-# is pyproject.toml's pin (extra `tensorflow`).
-# hadolint ignore=DL3013
-RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check \
-      ".[tensorflow]" "tensorflow[and-cuda]==2.20.0" \
- && /opt/venv/bin/pip uninstall --yes pip setuptools
+FROM ${PYTHON_IMAGE} AS deps-tf
+COPY --from=requirements /req/tensorflow.txt /req/requirements.txt
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
+      --compile-bytecode -r /req/requirements.txt
 
 # ---------------------------------------------------------------- runtime base
 FROM ${PYTHON_IMAGE} AS runtime
@@ -47,8 +110,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
-# The base's own pip/setuptools are not needed at run time either.
-RUN python -m pip uninstall --yes --no-cache-dir pip setuptools wheel \
+# The base's own pip/setuptools are not needed at run time either (a base whose Python has no
+# pip, like the Debian-made one of hack/make-python-base.sh, has nothing to remove).
+RUN if python -m pip --version >/dev/null 2>&1; then \
+      python -m pip uninstall --yes --no-cache-dir pip setuptools wheel; fi \
  && groupadd --gid 1000 kubegan && useradd --uid 1000 --gid 1000 --no-create-home \
       --home-dir /tmp --shell /usr/sbin/nologin kubegan \
  && groupadd --gid 65532 nonroot && useradd --uid 65532 --gid 65532 --no-create-home \
@@ -56,8 +121,11 @@ RUN python -m pip uninstall --yes --no-cache-dir pip setuptools wheel \
 WORKDIR /tmp
 
 # ---------------------------------------------------------------- targets
+# Two layers each on the runtime base: the dependencies (large, reused after code changes),
+# then the kubegan package (small).
 FROM runtime AS operator
-COPY --from=build-operator /opt/venv /opt/venv
+COPY --from=deps-operator /opt/venv /opt/venv
+COPY --from=package /pkg/opt/venv /opt/venv
 # The chart's pod security context runs it as 65532 too (charts/kubegan values.yaml).
 USER 65532:65532
 EXPOSE 8000 8080
@@ -65,12 +133,14 @@ ENTRYPOINT ["kubegan"]
 CMD ["operator"]
 
 FROM runtime AS trainer-torch
-COPY --from=build-torch /opt/venv /opt/venv
+COPY --from=deps-torch /opt/venv /opt/venv
+COPY --from=package /pkg/opt/venv /opt/venv
 # Worker pods run as 1000 (render.py RUN_AS_USER) with the command python -m kubegan_trainer.
 USER 1000:1000
 ENTRYPOINT ["python", "-m", "kubegan_trainer"]
 
 FROM runtime AS trainer-tf
-COPY --from=build-tf /opt/venv /opt/venv
+COPY --from=deps-tf /opt/venv /opt/venv
+COPY --from=package /pkg/opt/venv /opt/venv
 USER 1000:1000
 ENTRYPOINT ["python", "-m", "kubegan_trainer"]

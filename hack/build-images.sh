@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Build the Dockerfile's images for the local cluster's real nodes (issue 10) with BuildKit,
+# without Docker or a registry, and export each one as an OCI archive for
+# hack/load-images.sh (`ctr images import`).
+#
+#   hack/build-images.sh [TARGET...]     default: operator trainer-torch trainer-tf
+#
+# Steps: Debian's runc and mmdebstrap (hack/install-debian-packages.sh); buildkitd/buildctl
+# (hack/build-buildkit.sh, cached by version); the Python base image (hack/make-python-base.sh,
+# cached by its inputs); then a buildkitd started here (OCI worker, runc, overlayfs, host
+# network for RUN steps: only PyPI is reachable, no CNI needed), one `buildctl build` per
+# target, and the daemon stopped again. Its state, with the layer cache and pip's cache mount,
+# is in $KUBEGAN_BUILDKIT_DIR, outside the repo: it survives between runs and fresh clones.
+#
+# Images (name:tag)                      archive ($KUBEGAN_IMAGE_CACHE)
+#   kubegan.local/operator:dev            operator.oci.tar
+#   kubegan.local/trainer-torch:dev       trainer-torch.oci.tar
+#   kubegan.local/trainer-tf:dev          trainer-tf.oci.tar
+# Each archive's digest is in <target>.digest; the last run's sizes in sizes.txt.
+#
+# Environment:
+#   KUBEGAN_IMAGE_CACHE        archives and the base image (default ~/.cache/kubegan/images)
+#   KUBEGAN_BUILDKIT_DIR       buildkitd root, config, log (default ~/.cache/kubegan/buildkit)
+#   KUBEGAN_IMAGE_REPO         name prefix (default kubegan.local)
+#   KUBEGAN_IMAGE_TAG          tag (default dev)
+#   KUBEGAN_TF_EXTRA           the Dockerfile's TF_EXTRA (default empty: no CUDA wheels for
+#                              TensorFlow here; the Dockerfile's own default is and-cuda)
+#   KUBEGAN_IMAGE_COMPRESSION  layer compression: zstd (default), gzip or uncompressed
+#   KUBEGAN_BUILDKIT_MAX_USED  buildkit's cache cap (default 60GB; GC keeps at least 30GB)
+#   KUBEGAN_NICE               niceness of buildkitd and its builds (default 10)
+#   KUBEGAN_PIP_CA             CA bundle for pip/uv in the build steps (default $PIP_CERT,
+#                              $SSL_CERT_FILE or /etc/ssl/certs/ca-certificates.crt)
+set -Eeuo pipefail
+trap 'echo "build-images.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+IMAGES="${KUBEGAN_IMAGE_CACHE:-$HOME/.cache/kubegan/images}"
+BK_DIR="${KUBEGAN_BUILDKIT_DIR:-$HOME/.cache/kubegan/buildkit}"
+REPO="${KUBEGAN_IMAGE_REPO:-kubegan.local}"
+TAG="${KUBEGAN_IMAGE_TAG:-dev}"
+TF_EXTRA="${KUBEGAN_TF_EXTRA:-}"
+COMPRESSION="${KUBEGAN_IMAGE_COMPRESSION:-zstd}"
+MAX_USED="${KUBEGAN_BUILDKIT_MAX_USED:-60GB}"
+NICE="${KUBEGAN_NICE:-10}"
+ALL_TARGETS=(operator trainer-torch trainer-tf)
+BASE_NAME=kubegan.local/python-base:3.11-bookworm   # = IMAGE_NAME in make-python-base.sh
+# The socket lives under /run: a path under a long $HOME could pass the 108-byte limit.
+SOCK_DIR="/run/kubegan-buildkit"
+SOCK="$SOCK_DIR/buildkitd.sock"
+
+log() { printf '[build-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
+human() { numfmt --to=iec --suffix=B --format='%.1f' "$1"; }
+
+targets=("$@")
+((${#targets[@]})) || targets=("${ALL_TARGETS[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || die "unknown target '$t' (one of: ${ALL_TARGETS[*]})"
+done
+case "$COMPRESSION" in zstd|gzip|uncompressed) ;; *) die "KUBEGAN_IMAGE_COMPRESSION=$COMPRESSION: zstd, gzip or uncompressed" ;; esac
+[[ $(id -u) -eq 0 ]] || die "needs root (buildkitd runs build steps with runc)"
+
+T0=$SECONDS
+KUBEGAN_DEBIAN_PACKAGES="runc mmdebstrap" bash "$HACK_DIR/install-debian-packages.sh" >&2
+RUNC="$(command -v runc)" || die "runc is not installed"
+bash "$HACK_DIR/build-buildkit.sh"
+BUILDKITD="$(bash "$HACK_DIR/build-buildkit.sh" --print | awk '$1 == "buildkitd" {print $2}')"
+BUILDCTL="$(bash "$HACK_DIR/build-buildkit.sh" --print | awk '$1 == "buildctl" {print $2}')"
+t=$SECONDS
+BASE_DIR="$(bash "$HACK_DIR/make-python-base.sh")"
+T_BASE=$((SECONDS - t))
+BASE_DIGEST="$(jq -r '.manifests[0].digest' "$BASE_DIR/index.json")"
+[[ "$BASE_DIGEST" == sha256:* ]] || die "no manifest digest in $BASE_DIR/index.json"
+
+mkdir -p "$BK_DIR" "$IMAGES" "$SOCK_DIR"
+# One build at a time per state dir: buildkitd locks its root, and a second script would stop
+# the first one's daemon.
+exec 9>"$BK_DIR/.lock"
+if ! flock -n 9; then log "another build holds $BK_DIR/.lock; waiting"; flock 9; fi
+
+# ------------------------------------------------------------------ buildkitd
+PIDFILE="$BK_DIR/buildkitd.pid"
+BK_LOG="$BK_DIR/buildkitd.log"
+bk_pid=""
+stop_buildkitd() {  # stop_buildkitd <pid>: TERM, then KILL after 30 s
+  local pid="$1" i
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for i in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$pid" 2>/dev/null; then log "buildkitd $pid ignored TERM; killing it"; kill -KILL "$pid" 2>/dev/null || true; fi
+  wait "$pid" 2>/dev/null || true
+}
+# A daemon left by an interrupted run of this script (same binary, same root) would hold the
+# root's lock: stop it. The lock above says no other run of this script is using it.
+if [[ -f "$PIDFILE" ]]; then
+  old="$(cat "$PIDFILE")"
+  if [[ "$old" =~ ^[0-9]+$ ]] && grep -qa -- "$BK_DIR/buildkitd.toml" "/proc/$old/cmdline" 2>/dev/null; then
+    log "stopping buildkitd $old left by an earlier run"; stop_buildkitd "$old"
+  fi
+  rm -f "$PIDFILE"
+fi
+cleanup() {
+  local rc=$?
+  if [[ -n "$bk_pid" ]]; then stop_buildkitd "$bk_pid"; rm -f "$PIDFILE"; log "buildkitd stopped"; fi
+  rm -f "$IMAGES"/.*.oci.tar.tmp 2>/dev/null || true
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Config: the OCI worker with Debian's runc on overlayfs (no containerd worker); RUN steps on
+# the host network (no CNI); the cache capped so it does not fill a shared disk.
+cat >"$BK_DIR/buildkitd.toml" <<TOML
+root = "$BK_DIR/root"
+[grpc]
+  address = ["unix://$SOCK"]
+[worker.oci]
+  enabled = true
+  snapshotter = "overlayfs"
+  binary = "$RUNC"
+  networkMode = "host"
+  gc = true
+  reservedSpace = "30GB"
+  maxUsedSpace = "$MAX_USED"
+  minFreeSpace = "8GB"
+[worker.containerd]
+  enabled = false
+TOML
+rm -f "$SOCK"
+echo "=== $(date -u +%FT%TZ) starting buildkitd" >>"$BK_LOG"
+nice -n "$NICE" "$BUILDKITD" --config "$BK_DIR/buildkitd.toml" >>"$BK_LOG" 2>&1 </dev/null &
+bk_pid=$!
+echo "$bk_pid" >"$PIDFILE"
+for _ in $(seq 60); do
+  "$BUILDCTL" --addr "unix://$SOCK" debug workers >/dev/null 2>&1 && break
+  kill -0 "$bk_pid" 2>/dev/null || { tail -n 20 "$BK_LOG" >&2; bk_pid=""; die "buildkitd exited (log: $BK_LOG)"; }
+  sleep 0.5
+done
+"$BUILDCTL" --addr "unix://$SOCK" debug workers >/dev/null 2>&1 || die "buildkitd did not answer on $SOCK in 30 s (log: $BK_LOG)"
+log "buildkitd $bk_pid up (root $BK_DIR/root, log $BK_LOG)"
+
+# ------------------------------------------------------------------ builds
+mkdir -p "$IMAGES/logs"
+# The build steps that download (pip for uv itself, uv for the rest) trust what this machine
+# trusts: egress here goes through a TLS-intercepting proxy whose CA only the host's bundle
+# has. The Dockerfile mounts these optional secrets for those steps alone; no layer keeps them.
+CA_BUNDLE="${KUBEGAN_PIP_CA:-${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}}"
+[[ -f "$CA_BUNDLE" ]] || die "CA bundle $CA_BUNDLE not found (set KUBEGAN_PIP_CA)"
+printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\ntimeout = %s\n' "${PIP_DEFAULT_TIMEOUT:-120}" >"$BK_DIR/pip.conf"
+printf 'native-tls = true\n' >"$BK_DIR/uv.toml"
+SECRETS=(--secret "id=ca-certificates.crt,src=$CA_BUNDLE" --secret "id=pip.conf,src=$BK_DIR/pip.conf"
+         --secret "id=uv.toml,src=$BK_DIR/uv.toml")
+declare -A BUILD_S EXPORT_NOTE
+for target in "${targets[@]}"; do
+  name="$REPO/$target:$TAG"
+  archive="$IMAGES/$target.oci.tar"
+  tmp="$IMAGES/.$target.oci.tar.tmp"
+  blog="$IMAGES/logs/build-$target.log"
+  log "$target: building $name (log $blog)"
+  t=$SECONDS
+  # cmdline: tells the built-in Dockerfile frontend not to fetch the `# syntax=` image (no
+  # registry here); it understands everything the Dockerfile uses.
+  # The base: PYTHON_IMAGE names it and a named context of that name points at the OCI layout.
+  if ! "$BUILDCTL" --addr "unix://$SOCK" build --progress=plain \
+      --frontend dockerfile.v0 --local context="$REPO_ROOT" --local dockerfile="$REPO_ROOT" \
+      --opt cmdline=dockerfile.v0 --opt target="$target" \
+      --opt build-arg:PYTHON_IMAGE="$BASE_NAME" --opt build-arg:TF_EXTRA="$TF_EXTRA" \
+      --opt "context:$BASE_NAME=oci-layout://python-base@$BASE_DIGEST" \
+      --oci-layout "python-base=$BASE_DIR" \
+      "${SECRETS[@]}" \
+      --output "type=oci,name=$name,dest=$tmp,compression=$COMPRESSION,force-compression=true,oci-mediatypes=true" \
+      --metadata-file "$IMAGES/logs/metadata-$target.json" >"$blog" 2>&1; then
+    tail -n 40 "$blog" >&2
+    die "$target: buildctl build failed (log: $blog)"
+  fi
+  mv -f "$tmp" "$archive"
+  jq -r '."containerimage.digest"' "$IMAGES/logs/metadata-$target.json" >"$IMAGES/$target.digest"
+  BUILD_S[$target]=$((SECONDS - t))
+  steps="$(grep -cE '^#[0-9]+ \[' "$blog" || true)"; cached="$(grep -c ' CACHED$' "$blog" || true)"
+  log "$target: built and exported in ${BUILD_S[$target]} s ($cached of $steps steps cached) -> $archive"
+done
+
+# ------------------------------------------------------------------ sizes
+# Uncompressed size = the layer tars' sizes (what a node's snapshots hold, roughly).
+layer_bytes() {  # layer_bytes <archive> <layer-digest> <media-type>
+  local cat_cmd=(cat)
+  case "$3" in *zstd) cat_cmd=(zstd -dcq) ;; *gzip) cat_cmd=(gzip -dc) ;; esac
+  tar -xOf "$1" "blobs/sha256/${2#sha256:}" | "${cat_cmd[@]}" | wc -c
+}
+{
+  printf '%-36s %10s %12s %7s  %s\n' IMAGE ARCHIVE UNCOMPRESSED LAYERS DIGEST
+  for target in "${ALL_TARGETS[@]}"; do
+    archive="$IMAGES/$target.oci.tar"
+    [[ -f "$archive" ]] || continue
+    manifest="$(tar -xOf "$archive" index.json | jq -r '.manifests[0].digest')"
+    mjson="$(tar -xOf "$archive" "blobs/sha256/${manifest#sha256:}")"
+    total=0; n=0
+    while read -r d mt; do
+      total=$((total + $(layer_bytes "$archive" "$d" "$mt"))); n=$((n + 1))
+    done < <(jq -r '.layers[] | "\(.digest) \(.mediaType)"' <<<"$mjson")
+    printf '%-36s %10s %12s %7s  %s\n' "$REPO/$target:$TAG" "$(human "$(stat -c %s "$archive")")" \
+      "$(human "$total")" "$n" "${manifest:7:12}"
+  done
+} | tee "$IMAGES/sizes.txt"
+log "done in $((SECONDS - T0)) s (base image: ${T_BASE} s; archives in $IMAGES; buildkit cache: $(du -sh "$BK_DIR/root" 2>/dev/null | cut -f1))"
