@@ -211,6 +211,13 @@ class Context:
     def event(self, type_: str, reason: Reason, message: str) -> None:
         self.d.events.append((type_, str(reason), message))
 
+    def requeue(self, seconds: float) -> None:
+        """Ask to be reconciled again within `seconds` even if nothing changes: the earliest
+        of the deadlines the steps saw wins."""
+        seconds = max(0.0, seconds)
+        if self.d.requeue_after is None or seconds < self.d.requeue_after:
+            self.d.requeue_after = seconds
+
     def delete(self, pods: list[Mapping[str, Any]], which: str = "unfinished") -> None:
         """Delete `which` of `pods`: "live" ones (not being deleted yet), "unfinished" ones
         (live, or stuck in deletion on a gone or NotReady node: force those), or "all"."""
@@ -303,7 +310,7 @@ def finished(c: Context) -> bool:
         if left <= 0:
             c.d.delete_job = True
         else:
-            c.d.requeue_after = left
+            c.requeue(left)
     return True
 
 
@@ -329,7 +336,7 @@ def deadline(c: Context) -> bool:
         return False
     elapsed = (c.now - started).total_seconds()
     if elapsed < limit:
-        c.d.requeue_after = limit - elapsed
+        c.requeue(limit - elapsed)
         return False
     _fail(
         c.st,
@@ -496,6 +503,9 @@ def gang_running(c: Context) -> bool:
         message=f"{len(c.workers)} worker(s) on {', '.join(w.node for w in c.workers)}",
     )
     c.condition(ConditionType.unschedulable, False, Reason.scheduled, "all workers bound")
+    # Cost accrues with time alone: come back when the next accrual is due.
+    accrued = parse_time(st.cost_accrued_at) or c.now
+    c.requeue(COST_ACCRUAL_SECONDS - (c.now - accrued).total_seconds())
     return True
 
 
@@ -523,6 +533,8 @@ def gang_waiting(c: Context) -> bool:
             Reason.scheduler_waiting,
             f"{waiting[0].name}: {waiting[0].detail}",
         )
+        if released:  # nothing but time tells when the plan has gone stale
+            c.requeue(REPLAN_AFTER_SECONDS - (c.now - released).total_seconds())
     transition(st, Phase.pending, c.now)
     return True
 
