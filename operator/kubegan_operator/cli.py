@@ -252,6 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="do not read epoch/checkpoint progress from worker 0's metrics port",
     )
+    p.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="reconcile only while holding a coordination.k8s.io Lease (run 2+ replicas)",
+    )
+    p.add_argument(
+        "--leader-election-namespace",
+        help="the Lease's namespace (default: the pod's own, else default)",
+    )
+    p.add_argument("--leader-election-name", default="kubegan-operator", help="the Lease's name")
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=cmd_operator)
     return parser

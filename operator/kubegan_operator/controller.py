@@ -1,26 +1,42 @@
-"""kopf handlers: thin triggers around `reconcile()`.
+"""kopf handlers: watches feed indexes, events queue jobs, workers reconcile (issue 13).
 
-Every trigger (a job, one of its pods, a node changing, the periodic resync) ends in
-`Controller.reconcile_job`, serialized per job, so the same observed state always leads to
-the same actions no matter which event arrived first.
+State flows one way:
+
+1. **Watches -> indexes.** `@kopf.index` handlers keep what the operator reads of nodes,
+   pods, jobs and the jobs' Services and ConfigMaps (cache.py), updated by every event.
+2. **Events -> queue.** Event handlers only add job keys to one `WorkQueue`: a job's own
+   events and its pods' queue that job; a node whose placement-relevant state changed (not a
+   heartbeat) queues the jobs with workers on it and the jobs waiting for capacity; a pod
+   that frees capacity queues the waiting jobs.
+3. **Queue -> reconcile.** Workers take one due job at a time, build its inputs from the
+   indexes (no API read), and run the pure `reconcile()` steps on kopf's event loop, so
+   plans are made one at a time against one inventory.
+4. **Decision -> actions.** Status first (over the resourceVersion it was computed from),
+   then creates, gate lifts, deletes and events, in a thread; what was written is
+   remembered until the watch shows it (cache.Expectations). `requeue_after` and the
+   controller's own clocks (NotReady grace, trainer progress) put the job back in the queue
+   when time alone will change something.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from kubegan_operator import metrics
+from kubegan_operator import cache, metrics
 from kubegan_operator.api import GROUP, PLURAL, VERSION, GANTrainingJobSpec, Phase
-from kubegan_operator.planner import plan
+from kubegan_operator.leader import lost_leadership
+from kubegan_operator.names import JOB_NAME_LABEL, config_map_name, service_name
+from kubegan_operator.planner import Plan, plan
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.progress import (
     ProgressUpdate,
@@ -28,29 +44,25 @@ from kubegan_operator.progress import (
     fetch_progress,
     last_epoch_seconds,
 )
-from kubegan_operator.reconcile import failed_status, parse_time, reconcile
-from kubegan_operator.render import JOB_NAME_LABEL
-from kubegan_operator.topology import build_inventory
+from kubegan_operator.reconcile import Decision, failed_status, reconcile
+from kubegan_operator.topology import PodUsage, pod_usage
+from kubegan_operator.workqueue import WorkQueue
 
 log = logging.getLogger("kubegan.operator")
-RESYNC_SECONDS = 10.0
+T = TypeVar("T")
+
 PROGRESS_SECONDS = 15.0
-
-
-# A node must be NotReady this long before its workers count as disrupted: a heartbeat blip
-# must not restart a whole gang (whose old containers may still be writing checkpoints).
-NOT_READY_GRACE_SECONDS = 30.0
-
-
-def _usable(node: Mapping[str, Any], now: datetime) -> bool:
-    """Ready, or NotReady for less than the grace period."""
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            if cond.get("status") == "True":
-                return True
-            since = parse_time(cond.get("lastTransitionTime"))
-            return since is not None and (now - since).total_seconds() < NOT_READY_GRACE_SECONDS
-    return False
+# A safety net, not the mechanism: every job is queued this often in case an event was
+# missed. It reads only the indexes, and a job with nothing to do writes nothing.
+RESYNC_SECONDS = 300.0
+# When capacity frees up, waiting jobs are queued this much later, so a burst of pod
+# deletions (a whole gang going) makes one re-plan, not one per pod.
+CAPACITY_SETTLE_SECONDS = 1.0
+# Pods outside the watched namespaces (only with --namespace) are listed at most this often,
+# and only when a job is about to be planned.
+FOREIGN_PODS_SECONDS = 30.0
+MAX_ERROR_DELAY_SECONDS = 60.0
+NOT_READY_GRACE_SECONDS = cache.NOT_READY_GRACE_SECONDS
 
 
 def _owned_by(pod: Mapping[str, Any], uid: str | None) -> bool:
@@ -65,28 +77,6 @@ def _api_message(err: ApiException) -> str:
         return str(err.reason)
 
 
-NodeKey = tuple[bool, bool, str, str, str]
-
-
-def _node_key(node: Mapping[str, Any]) -> NodeKey:
-    """What placement reads of a node: readiness, cordon, allocatable, labels, taints. A
-    heartbeat (KWOK's or a kubelet's status refresh: new lastHeartbeatTime, new
-    resourceVersion) changes none of it and so reconciles nothing."""
-    status, spec = node.get("status") or {}, node.get("spec") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return (
-        ready,
-        bool(spec.get("unschedulable")),
-        json.dumps(status.get("allocatable") or {}, sort_keys=True),
-        json.dumps(labels, sort_keys=True),
-        json.dumps(spec.get("taints") or [], sort_keys=True),
-    )
-
-
 class Controller:
     def __init__(
         self,
@@ -95,74 +85,225 @@ class Controller:
         namespaces: list[str] | None = None,
         *,
         read_progress: bool = True,
+        workers: int = 8,
     ) -> None:
         self.read_progress = read_progress
         self.kube = kube
         self.prices = prices
         self.namespaces = namespaces or None
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
-        self._nodes_seen: dict[str, NodeKey] = {}
-        self._progress: dict[tuple[str, str], tuple[float, TrainerProgress]] = {}
+        self.workers = workers
+        self.queue: WorkQueue[cache.JobKey] = WorkQueue()
+        self.expectations = cache.Expectations()
+        self.view: cache.View | None = None
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kubegan-api")
+        self._nodes_seen: dict[str, tuple[Any, ...]] = {}
+        self._progress: dict[cache.JobKey, tuple[float, TrainerProgress]] = {}
+        self._errors: dict[cache.JobKey, int] = {}
+        self._foreign: tuple[float, list[PodUsage]] = (-FOREIGN_PODS_SECONDS, [])
+        self._tasks: list[asyncio.Task[None]] = []
 
-    def _lock(self, key: tuple[str, str]) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(key, threading.Lock())
+    # ---- wiring ------------------------------------------------------------------------------
 
-    def reconcile_job(self, namespace: str, name: str) -> None:
-        """Reconcile one job; errors are logged and reported, never raised to kopf."""
-        with self._lock((namespace, name)):
+    def attach(self, indices: Mapping[str, Any]) -> None:
+        """Read kopf's indexes (handed to every handler) through one View."""
+        self.view = cache.View(
+            jobs=indices["kubegan_jobs"],
+            nodes=indices["kubegan_nodes"],
+            usage=indices["kubegan_pod_usage"],
+            job_pods=indices["kubegan_job_pods"],
+            services=indices["kubegan_services"],
+            config_maps=indices["kubegan_config_maps"],
+            expectations=self.expectations,
+        )
+
+    def lead(self) -> None:
+        """Start reconciling: every job once, then as events and clocks say."""
+        assert self.view is not None
+        for key in self.view.all_jobs():
+            self.queue.add(key)
+        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+        self._tasks.append(asyncio.create_task(self._housekeeping()))
+        for task in self._tasks:
+            task.add_done_callback(_crashed)
+        metrics.LEADER.set(1)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        metrics.LEADER.set(0)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ---- triggers (kopf event handlers call these; no API calls) ------------------------------
+
+    def job_event(self, key: cache.JobKey) -> None:
+        self.queue.add(key)
+
+    def pod_event(self, event_type: str, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+        if job and (not self.namespaces or meta.get("namespace") in self.namespaces):
+            self.queue.add((meta.get("namespace", ""), job))
+        node = (body.get("spec") or {}).get("nodeName")
+        phase = (body.get("status") or {}).get("phase")
+        if node and (event_type == "DELETED" or phase in ("Succeeded", "Failed")):
+            self._queue_waiting(CAPACITY_SETTLE_SECONDS)
+
+    def node_event(self, event_type: str, body: Mapping[str, Any]) -> bool:
+        """Queue the jobs a node change can affect; False (nothing queued) for a heartbeat."""
+        name = (body.get("metadata") or {}).get("name", "")
+        if event_type == "DELETED":
+            self._nodes_seen.pop(name, None)
+        else:
+            key = cache.index_node(body)[name].key
+            if self._nodes_seen.get(name) == key:
+                return False
+            self._nodes_seen[name] = key
+        if self.view is not None:
+            for job in self.view.jobs_on(name):
+                self.queue.add(job)
+        self._queue_waiting(0.0)
+        return True
+
+    def _queue_waiting(self, delay: float) -> None:
+        if self.view is not None:
+            for job in self.view.waiting_jobs():
+                self.queue.add(job, delay)
+
+    # ---- workers -----------------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            metrics.QUEUE.set(len(self.queue))
             started = time.monotonic()
             try:
-                self._reconcile(namespace, name)
+                await self.sync(key)
+                self._errors.pop(key, None)
+            except asyncio.CancelledError:
+                raise
             except Exception as err:
-                log.exception("reconciling %s/%s failed", namespace, name)
-                self._report_error(namespace, name, err)
+                failures = self._errors[key] = self._errors.get(key, 0) + 1
+                delay = min(MAX_ERROR_DELAY_SECONDS, 2.0 ** (failures - 1))
+                if isinstance(err, ApiException) and err.status == 409:
+                    # The status was computed from a job the watch had not updated yet.
+                    log.info("%s/%s changed meanwhile; reconciling again", *key)
+                else:
+                    log.exception("reconciling %s/%s failed; again in %.0fs", *key, delay)
+                    await self._report_error(key, err)
+                self.expectations.forget(key)  # read afresh from the watch next time
+                self.queue.add(key, delay)
             finally:
+                self.queue.done(key)
                 metrics.RECONCILE.observe(time.monotonic() - started)
 
-    def _report_error(self, namespace: str, name: str, err: Exception) -> None:
-        """Best effort: the API may be what failed."""
-        try:
-            job = self.kube.get_job(namespace, name)
-            if job is not None:
-                first = (str(err).splitlines() or [""])[0][:300]
-                self.kube.event(job, "Warning", "ReconcileError", f"{type(err).__name__}: {first}")
-        except Exception:
-            log.warning("could not report the error on %s/%s", namespace, name)
+    async def _housekeeping(self) -> None:
+        last_resync = time.monotonic()
+        while True:
+            await asyncio.sleep(PROGRESS_SECONDS)
+            assert self.view is not None
+            jobs = [cache._one(s) or {} for s in self.view.jobs.values()]
+            metrics.observe_phases(
+                (j.get("status") or {}).get("phase", Phase.pending) for j in jobs
+            )
+            metrics.QUEUE.set(len(self.queue))
+            if time.monotonic() - last_resync >= RESYNC_SECONDS:
+                last_resync = time.monotonic()
+                for key in self.view.all_jobs():
+                    self.queue.add(key)
 
-    def _reconcile(self, namespace: str, name: str) -> None:
-        job = self.kube.get_job(namespace, name)
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def sync(self, key: cache.JobKey) -> None:
+        """Reconcile one job from the indexes and apply its decision."""
+        view = self.view
+        assert view is not None
+        namespace, name = key
+        job = view.job(key)
         if job is None:
             metrics.forget_job(namespace, name)
+            self.expectations.forget(key)
+            self._progress.pop(key, None)
             return
+        all_pods = view.pods(key)
+        wait = self.expectations.pending(key, all_pods)
+        if wait is not None:
+            # The watch has not shown the last writes yet; its event brings the job back.
+            self.queue.add(key, wait)
+            return
+        metrics.RECONCILES.labels(ganjob=name, namespace=namespace).inc()
         uid = job["metadata"].get("uid")
         # Only pods this job owns: a stray pod carrying the label is not ours to delete.
-        pods = [p for p in self.kube.job_pods(namespace, name) if _owned_by(p, uid)]
-        nodes = self.kube.nodes()
+        pods = [p for p in all_pods if _owned_by(p, uid)]
+        status = job.get("status") or {}
+        running = status.get("phase") == Phase.running
+        progress = await self._run(self._read_progress, key, job, pods) if running else None
+        extra: list[PodUsage] = []
+        if self.namespaces and not pods and status.get("phase") not in ("Succeeded", "Failed"):
+            extra = await self._foreign_usage()
         now = datetime.now(UTC)
-        node_ready = {n["metadata"]["name"]: _usable(n, now) for n in nodes}
 
-        def make_plan():
+        def make_plan() -> Plan:
             spec = GANTrainingJobSpec.model_validate(job["spec"])
-            inventory = build_inventory(nodes, self.kube.all_pods(), exclude_job=(namespace, name))
-            return plan(spec, inventory, self.prices)
+            return plan(spec, view.inventory(exclude_job=key, extra=extra), self.prices)
 
         d = reconcile(
             job,
             pods,
-            node_ready,
+            view.node_ready(now),
             now,
             make_plan,
-            have_service=self.kube.exists("Service", namespace, name),
-            have_config_map=self.kube.exists("ConfigMap", namespace, f"{name}-config"),
-            progress=self._read_progress(job, pods),
+            have_service=view.has("Service", (namespace, service_name(name))),
+            have_config_map=view.has("ConfigMap", (namespace, config_map_name(name))),
+            progress=progress,
         )
+        # Before anything is awaited: the next plan on this loop counts these workers.
+        self._expect(key, d)
+        written = await self._run(self._apply, key, job, pods, d, now)
+        if written is not None:
+            self.expectations.of(key).written = written
+        delays = [d.requeue_after, view.grace_left((_node(p) for p in pods), now)]
+        if running and self.read_progress:
+            delays.append(PROGRESS_SECONDS)
+        wanted = [x for x in delays if x is not None]
+        if wanted and not d.delete_job:
+            self.queue.add(key, min(wanted))
+
+    def _expect(self, key: cache.JobKey, d: Decision) -> None:
+        for obj in d.create:
+            if obj.get("kind") == "Pod":
+                pod = obj["metadata"]["name"]
+                self.expectations.expect(key, pod, "present")
+                usage = pod_usage(obj)
+                if isinstance(usage, PodUsage):
+                    self.expectations.reserve(key, usage)
+        for pod in d.lift_gates:
+            self.expectations.expect(key, pod, "ungated")
+        for pod, _force in d.delete_pods:
+            self.expectations.expect(key, pod, "gone")
+
+    # ---- the blocking parts, in the API thread pool -----------------------------------------
+
+    def _apply(
+        self,
+        key: cache.JobKey,
+        job: dict[str, Any],
+        pods: list[dict[str, Any]],
+        d: Decision,
+        now: datetime,
+    ) -> dict[str, Any] | None:
+        """Carry out a decision; the job as the last status write returned it."""
+        namespace, name = key
         old_status = job.get("status") or {}
+        written = None
         # Status first: a restart's counters and new attempt are recorded before any pod of
         # the old gang is deleted, so an operator dying in between neither loses nor repeats it.
         if d.status is not None:
-            self.kube.patch_status(namespace, name, old_status, d.status)
+            written = self.kube.patch_status(
+                namespace, name, old_status, d.status, job["metadata"].get("resourceVersion")
+            )
         try:
             for obj in d.create:
                 self.kube.create(obj)
@@ -172,17 +313,18 @@ class Controller:
             # The apiserver refused what the spec asked for (a field the CRD schema cannot
             # check): the job cannot run as written. Say so instead of retrying forever.
             message = f"the apiserver refused a worker: {_api_message(err)}"
-            failed = failed_status(d.status or old_status, "InvalidSpec", message, now)
-            self.kube.patch_status(namespace, name, d.status or old_status, failed)
+            current = d.status or old_status
+            failed = failed_status(current, "InvalidSpec", message, now)
+            written = self.kube.patch_status(namespace, name, current, failed)
             self.kube.event(job, "Warning", "InvalidSpec", message)
-            for p in self.kube.job_pods(namespace, name):
-                if _owned_by(p, uid):
-                    self.kube.delete_pod(namespace, p["metadata"]["name"], False)
-            return
-        for pod_name in d.lift_gates:
-            self.kube.lift_gates(namespace, pod_name)
-        for pod_name, force in d.delete_pods:
-            self.kube.delete_pod(namespace, pod_name, force)
+            created = [o["metadata"]["name"] for o in d.create if o.get("kind") == "Pod"]
+            for pod in dict.fromkeys([*(_name(p) for p in pods), *created]):
+                self.kube.delete_pod(namespace, pod, False)
+            return written
+        for pod in d.lift_gates:
+            self.kube.lift_gates(namespace, pod)
+        for pod, force in d.delete_pods:
+            self.kube.delete_pod(namespace, pod, force)
         for type_, reason, message in d.events:
             self.kube.event(job, type_, reason, message)
         if d.time_to_running is not None:
@@ -193,20 +335,18 @@ class Controller:
         if d.delete_job:
             self.kube.delete_job(namespace, name)
             metrics.forget_job(namespace, name)
+        return written
 
     def _read_progress(
-        self, job: Mapping[str, Any], pods: list[dict[str, Any]]
+        self, key: cache.JobKey, job: Mapping[str, Any], pods: list[dict[str, Any]]
     ) -> ProgressUpdate | None:
         """Epoch and last epoch time from worker 0, at most every PROGRESS_SECONDS."""
-        meta = job["metadata"]
-        key = (meta["namespace"], meta["name"])
-        if not self.read_progress or (job.get("status") or {}).get("phase") != Phase.running:
-            self._progress.pop(key, None)
+        if not self.read_progress:
             return None
         seen = self._progress.get(key)
         if seen is not None and time.monotonic() - seen[0] < PROGRESS_SECONDS:
             return None
-        worker0 = next((p for p in pods if p["metadata"]["name"].endswith("-worker-0")), None)
+        worker0 = next((p for p in pods if _name(p).endswith("-worker-0")), None)
         ip = ((worker0 or {}).get("status") or {}).get("podIP")
         port = ((job.get("spec") or {}).get("monitoring") or {}).get("metricsPort", 9090)
         now = fetch_progress(ip, int(port)) if ip else None
@@ -217,64 +357,140 @@ class Controller:
             now.epoch, last_epoch_seconds(now, seen[1] if seen else None), now.checkpoint
         )
 
-    def node_changed(self, event_type: str, node: Mapping[str, Any]) -> bool:
-        """Whether a node event can change placement (not a mere heartbeat)."""
-        name = (node.get("metadata") or {}).get("name", "")
-        if event_type == "DELETED":
-            self._nodes_seen.pop(name, None)
-            return True
-        key = _node_key(node)
-        changed = self._nodes_seen.get(name) != key
-        self._nodes_seen[name] = key
-        return changed
+    async def _foreign_usage(self) -> list[PodUsage]:
+        """Pods outside the watched namespaces that hold node resources (namespaced mode)."""
+        fetched, usages = self._foreign
+        if time.monotonic() - fetched < FOREIGN_PODS_SECONDS:
+            return usages
+        pods = await self._run(self.kube.bound_pods)
+        watched = set(self.namespaces or ())
+        usages = [
+            u
+            for p in pods
+            if (p.get("metadata") or {}).get("namespace") not in watched
+            and isinstance(u := pod_usage(p), PodUsage)
+        ]
+        self._foreign = (time.monotonic(), usages)
+        return usages
 
-    def resync(self) -> None:
-        jobs = self.kube.list_jobs(self.namespaces)
-        metrics.observe_phases((j.get("status") or {}).get("phase", Phase.pending) for j in jobs)
-        for j in jobs:
-            self.reconcile_job(j["metadata"]["namespace"], j["metadata"]["name"])
+    async def _report_error(self, key: cache.JobKey, err: Exception) -> None:
+        """Best effort: the API may be what failed."""
+        job = self.view.job(key) if self.view is not None else None
+        if job is None:
+            return
+        first = (str(err).splitlines() or [""])[0][:300]
+        try:
+            await self._run(
+                self.kube.event, job, "Warning", "ReconcileError", f"{type(err).__name__}: {first}"
+            )
+        except Exception:
+            log.warning("could not report the error on %s/%s", *key)
 
 
-CONTROLLER: Controller | None = None
+def _crashed(task: asyncio.Task[None]) -> None:
+    """A worker must never end but by cancellation: say so loudly if it does."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("an operator task died", exc_info=task.exception())
 
 
-def _controller() -> Controller:
-    if CONTROLLER is None:
+def _name(pod: Mapping[str, Any]) -> str:
+    return (pod.get("metadata") or {}).get("name", "")
+
+
+def _node(pod: Mapping[str, Any]) -> str:
+    return (pod.get("spec") or {}).get("nodeName") or ""
+
+
+# ---- kopf: indexes and handlers ---------------------------------------------------------------
+#
+# Index handlers run on every event of their resource; kopf hands the indexes to every handler
+# as keyword arguments named after them (the startup handler gives them to the Controller).
+# kopf runs no other handler before every index holds its initial listing, so a restarted
+# operator reconciles from complete caches. `dict(body)`: kopf's Body is a read-only view;
+# the strict readers in topology.py take the plain mapping the API sent.
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def kubegan_jobs(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str, Any]]:
+    return cache.index_job(dict(body))
+
+
+@kopf.index("", "v1", "nodes")
+def kubegan_nodes(body: kopf.Body, **_: Any) -> dict[str, cache.NodeEntry]:
+    return cache.index_node(dict(body))
+
+
+@kopf.index("", "v1", "pods")
+def kubegan_pod_usage(body: kopf.Body, **_: Any) -> dict[str, PodUsage]:
+    return cache.index_pod_usage(dict(body))
+
+
+@kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
+def kubegan_job_pods(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str, Any]]:
+    return cache.index_job_pod(dict(body))
+
+
+@kopf.index("", "v1", "services", labels={JOB_NAME_LABEL: kopf.PRESENT})
+def kubegan_services(body: kopf.Body, **_: Any) -> dict[cache.JobKey, bool]:
+    return cache.index_owned(dict(body))
+
+
+@kopf.index("", "v1", "configmaps", labels={JOB_NAME_LABEL: kopf.PRESENT})
+def kubegan_config_maps(body: kopf.Body, **_: Any) -> dict[cache.JobKey, bool]:
+    return cache.index_owned(dict(body))
+
+
+def _ctl(memo: Any) -> Controller:
+    ctl = getattr(memo, "controller", None)
+    if ctl is None:
         raise kopf.PermanentError("controller not initialised")
-    return CONTROLLER
+    return ctl
 
 
 @kopf.on.startup()
-def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def _configure(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
     settings.posting.level = logging.WARNING
     # No CRD/namespace observation: the CRD exists before the operator starts (Helm crds/),
     # and least-privilege RBAC (charts/kubegan) grants no list/watch on them.
     settings.scanning.disabled = True
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
-    settings.execution.max_workers = 8
+    # Services and ConfigMaps: only the jobs' own, filtered by the apiserver (a cluster has
+    # many ConfigMaps, and kopf would otherwise stream every one of them to the operator).
+    settings.watching.label_selectors[
+        lambda r: r.group == "" and r.plural in ("services", "configmaps")
+    ] = JOB_NAME_LABEL
+    ctl = _ctl(memo)
+    ctl.attach(kwargs)
+    elector = getattr(memo, "elector", None)
+    if elector is None:
+        ctl.lead()
+        return
+    # The elector runs in its own thread, so a busy event loop cannot delay its renewals.
+    loop = asyncio.get_running_loop()
+    elector.start(on_lead=lambda: loop.call_soon_threadsafe(ctl.lead), on_lost=lost_leadership)
+
+
+@kopf.on.cleanup()
+async def _cleanup(memo: Any, **_: Any) -> None:
+    # Stop reconciling first, then hand the Lease over: never two leaders acting at once.
+    await _ctl(memo).stop()
+    elector = getattr(memo, "elector", None)
+    if elector is not None:
+        await asyncio.get_running_loop().run_in_executor(None, elector.stop)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def _on_job(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
+async def _on_job(body: kopf.Body, memo: Any, **_: Any) -> None:
     meta = body.get("metadata") or {}
-    if event.get("type") == "DELETED":
-        metrics.forget_job(meta.get("namespace", ""), meta.get("name", ""))
-        return
-    _controller().reconcile_job(meta["namespace"], meta["name"])
+    _ctl(memo).job_event((meta.get("namespace", ""), meta.get("name", "")))
 
 
-@kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
-def _on_pod(body: Mapping[str, Any], **_: Any) -> None:
-    meta = body.get("metadata") or {}
-    ctl = _controller()
-    if ctl.namespaces and meta.get("namespace") not in ctl.namespaces:
-        return
-    ctl.reconcile_job(meta["namespace"], meta["labels"][JOB_NAME_LABEL])
+@kopf.on.event("", "v1", "pods")
+async def _on_pod(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    _ctl(memo).pod_event(event.get("type") or "", body)
 
 
 @kopf.on.event("", "v1", "nodes")
-def _on_node(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
-    ctl = _controller()
-    if ctl.node_changed(event.get("type") or "", body):
-        ctl.resync()
+async def _on_node(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    _ctl(memo).node_event(event.get("type") or "", body)

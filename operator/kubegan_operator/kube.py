@@ -10,7 +10,6 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator.api import GROUP, KIND, PLURAL, VERSION
-from kubegan_operator.render import JOB_NAME_LABEL
 
 log = logging.getLogger("kubegan.kube")
 
@@ -18,7 +17,10 @@ log = logging.getLogger("kubegan.kube")
 class Kube:
     def __init__(self) -> None:
         config.load_config()
-        self.api = client.ApiClient()
+        cfg = client.Configuration.get_default_copy()
+        # One connection per API thread (controller.Controller's pool), none waiting for another.
+        cfg.connection_pool_maxsize = 16
+        self.api = client.ApiClient(cfg)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
@@ -27,54 +29,17 @@ class Kube:
 
     # ---- reads --------------------------------------------------------------------------
 
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-
-    def list_jobs(self, namespaces: list[str] | None) -> list[dict[str, Any]]:
-        if not namespaces:
-            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
-        items: list[dict[str, Any]] = []
-        for ns in namespaces:
-            items += self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
-        return items
-
-    def job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        pods = self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
-        return [self._plain(p) for p in pods.items]
-
-    def all_pods(self) -> list[dict[str, Any]]:
-        """Pods holding node resources: every bound pod, plus kubegan workers not yet bound
-        (they hold their planned node, see topology.build_inventory)."""
+    def bound_pods(self) -> list[dict[str, Any]]:
+        """Every pod bound to a node, cluster-wide. Only for an operator restricted to some
+        namespaces, whose pod watch does not see the others: they hold GPUs too."""
         bound = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
-        waiting = self.core.list_pod_for_all_namespaces(
-            field_selector="spec.nodeName=", label_selector=JOB_NAME_LABEL
-        )
-        return [self._plain(p) for p in [*bound.items, *waiting.items]]
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return [self._plain(n) for n in self.core.list_node().items]
-
-    def exists(self, kind: str, namespace: str, name: str) -> bool:
-        read = {
-            "Service": self.core.read_namespaced_service,
-            "ConfigMap": self.core.read_namespaced_config_map,
-        }[kind]
-        try:
-            read(name, namespace)
-            return True
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
+        return [self._plain(p) for p in bound.items]
 
     # ---- writes -------------------------------------------------------------------------
 
     def create(self, obj: dict[str, Any]) -> None:
+        """Create `obj`; one that is already there is fine (a previous reconcile got this
+        far, or the watch had not shown it yet)."""
         ns = obj["metadata"]["namespace"]
         create = {
             "Service": self.core.create_namespaced_service,
@@ -118,12 +83,22 @@ class Kube:
                 raise
 
     def patch_status(
-        self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]
-    ) -> None:
+        self,
+        namespace: str,
+        name: str,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        """Write the job's status; the job as it is now. With `resource_version`, only over
+        that version of the job (409 otherwise): the status was computed from a cache that
+        may lag, and counters written over a newer status would be lost or counted twice."""
         # A merge patch: keys the new status dropped must be sent as null to be removed.
-        body = {**{k: None for k in old if k not in new}, **new}
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": body}
+        body: dict[str, Any] = {"status": {**{k: None for k in old if k not in new}, **new}}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, body
         )
 
     def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:

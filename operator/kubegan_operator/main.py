@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
 
 import kopf
+from kubernetes import client
 from prometheus_client import start_http_server
 
 from kubegan_operator import controller, metrics
 from kubegan_operator.kube import Kube
+from kubegan_operator.leader import LeaseConfig, LeaseElector, default_identity, default_namespace
 from kubegan_operator.loading import InputError, load_prices
 from kubegan_operator.pricing import DEFAULT_PRICES
 
 log = logging.getLogger("kubegan.operator")
-
-
-def _resync_forever(ctl: controller.Controller, stop: threading.Event) -> None:
-    # Deadlines, TTLs, cost accrual and re-planning after capacity changes need no event.
-    while not stop.wait(controller.RESYNC_SECONDS):
-        try:
-            ctl.resync()
-        except Exception:
-            log.exception("periodic resync failed; retrying in %ss", controller.RESYNC_SECONDS)
 
 
 def run_operator(args: argparse.Namespace) -> int:
@@ -31,6 +23,9 @@ def run_operator(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # kopf says "Handler succeeded" for every watch event: thousands a minute at scale.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # The same reader as `kubegan plan --prices`: InputError, one line per problem, before
     # anything starts.
     prices = load_prices(args.prices) if args.prices else DEFAULT_PRICES
@@ -39,14 +34,18 @@ def run_operator(args: argparse.Namespace) -> int:
     except Exception as err:  # no kubeconfig, no in-cluster config
         raise InputError([f"kubeconfig: {str(err).splitlines()[0]}"]) from None
     namespaces = args.namespace or []
-    controller.CONTROLLER = controller.Controller(
-        kube, prices, namespaces, read_progress=args.trainer_progress
-    )
+    ctl = controller.Controller(kube, prices, namespaces, read_progress=args.trainer_progress)
+    memo = kopf.Memo(controller=ctl)
+    if args.leader_elect:
+        memo.elector = LeaseElector(
+            client.CoordinationV1Api(kube.api),
+            LeaseConfig(
+                name=args.leader_election_name,
+                namespace=args.leader_election_namespace or default_namespace(),
+                identity=default_identity(),
+            ),
+        )
     start_http_server(args.metrics_port, registry=metrics.REGISTRY)
-    stop = threading.Event()
-    threading.Thread(
-        target=_resync_forever, args=(controller.CONTROLLER, stop), daemon=True, name="resync"
-    ).start()
     log.info(
         "kubegan operator: metrics on :%d, liveness on :%d/healthz, prices %s (%s)",
         args.metrics_port,
@@ -54,13 +53,13 @@ def run_operator(args: argparse.Namespace) -> int:
         prices.source,
         prices.as_of,
     )
-    try:
-        kopf.run(
-            standalone=True,  # one replica (Recreate); kopf peering is not leader election
-            clusterwide=not namespaces,
-            namespaces=namespaces,
-            liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
-        )
-    finally:
-        stop.set()
+    kopf.run(
+        # kopf's peering is not leader election (it pauses, it does not exclude): the Lease
+        # elector decides who reconciles.
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
+        memo=memo,
+    )
     return 0

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kubegan_operator.api import Phase
 
@@ -47,6 +47,16 @@ RECONCILE = Histogram(
     registry=REGISTRY,
 )
 
+# Per job, so a test or a person can see that an event (a node heartbeat, say) reconciled
+# nothing; the job labels are bounded (one series per job, as the cost gauges).
+RECONCILES = Counter("kubegan_reconciles", "Reconciles of one job", JOB_LABELS, registry=REGISTRY)
+LEADER = Gauge(
+    "kubegan_operator_leader",
+    "1 while this replica holds the leader Lease (or runs without leader election)",
+    registry=REGISTRY,
+)
+QUEUE = Gauge("kubegan_work_queue_depth", "Jobs queued for a reconcile", registry=REGISTRY)
+
 
 def observe_job(namespace: str, name: str, status: Mapping[str, Any]) -> None:
     labels = {"ganjob": name, "namespace": namespace}
@@ -60,7 +70,7 @@ def observe_job(namespace: str, name: str, status: Mapping[str, Any]) -> None:
 
 
 def forget_job(namespace: str, name: str) -> None:
-    for metric in (COST, COST_RATE, PREEMPTIONS, RESTARTS):
+    for metric in (COST, COST_RATE, PREEMPTIONS, RESTARTS, RECONCILES):
         with contextlib.suppress(KeyError):
             metric.remove(name, namespace)
 

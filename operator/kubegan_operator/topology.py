@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -263,6 +263,90 @@ def _node_ready(status: _NodeStatus) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class PodUsage:
+    """What one pod holds on a node: what placement reads of a pod, parsed once (the operator
+    keeps one per pod in its index, updated from the pod watch)."""
+
+    namespace: str
+    name: str
+    node: str
+    job: str | None  # the kubegan job it belongs to (its label), if any
+    requests: Mapping[str, Decimal]
+
+
+def pod_usage(raw: Mapping[str, Any], index: int = 0) -> PodUsage | str | None:
+    """The resources a pod holds on its node; None when it holds none (not bound nor planned,
+    or finished); a one-line problem when it cannot be read. Workers of kubegan jobs that are
+    not bound yet hold the node their plan chose (annotation), so two jobs planned at the same
+    time do not both count on the same GPUs."""
+    what = _display_name(raw, index, "pod")
+    try:
+        pod = _PodDoc.model_validate(raw)
+    except ValidationError as err:
+        return _problem(what, err)
+    meta, spec = pod.metadata, pod.spec or _PodSpec()
+    node_name = spec.node_name or (meta.annotations or {}).get(PLANNED_NODE_ANNOTATION)
+    if not node_name or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
+        return None
+    try:
+        req = _requests(spec)
+    except ValueError as err:
+        return f"{what}: {err}"
+    return PodUsage(
+        meta.namespace, meta.name, node_name, (meta.labels or {}).get("kubegan.io/job-name"), req
+    )
+
+
+def node_capacity(raw: Mapping[str, Any], index: int = 0) -> NodeInfo | str:
+    """A node with nothing used on it (free = allocatable), or a one-line problem."""
+    what = _display_name(raw, index, "node")
+    try:
+        doc = _NodeDoc.model_validate(raw)
+    except ValidationError as err:
+        return _problem(what, err)
+    try:
+        return _node_info(doc, {})
+    except ValueError as err:
+        return f"{what}: {err}"
+
+
+def with_usage(node: NodeInfo, used: Mapping[str, Decimal]) -> NodeInfo:
+    """`node` (as `node_capacity` read it) less what pods use on it."""
+    if not used:
+        return node
+    zero = Decimal(0)
+    return replace(
+        node,
+        free_gpus=max(0, min(node.gpus, int(node.free_gpus - used.get(GPU_RESOURCE, zero)))),
+        free_tpu_chips=max(
+            0, min(node.tpu_chips, int(node.free_tpu_chips - used.get(TPU_RESOURCE, zero)))
+        ),
+        free_cpu=node.free_cpu - used.get("cpu", zero),
+        free_memory=node.free_memory - used.get("memory", zero),
+    )
+
+
+def assemble_inventory(
+    nodes: Iterable[NodeInfo],
+    usages: Iterable[PodUsage],
+    *,
+    exclude_job: tuple[str, str] | None = None,
+    problems: Iterable[str] = (),
+) -> Inventory:
+    """The inventory from already-parsed nodes and pod usages (the operator's indexes): only
+    sums, no parsing, so planning does not re-read the cluster."""
+    used: dict[str, dict[str, Decimal]] = {}
+    for u in usages:
+        if exclude_job is not None and (u.namespace, u.job) == exclude_job:
+            continue
+        bucket = used.setdefault(u.node, {})
+        for k, v in u.requests.items():
+            bucket[k] = bucket.get(k, Decimal(0)) + v
+    infos = sorted((with_usage(n, used.get(n.name, {})) for n in nodes), key=lambda n: n.name)
+    return Inventory(tuple(infos), tuple(problems))
+
+
 def build_inventory(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]] = (),
@@ -273,50 +357,25 @@ def build_inventory(
     pods out of the used resources, for re-planning a running job. Workers of other kubegan
     jobs that are not bound yet count on the node their plan chose, so two jobs planned at
     the same time do not both count on the same GPUs."""
-    used: dict[str, dict[str, Decimal]] = {}
     problems: list[str] = []
+    usages: list[PodUsage] = []
     for i, raw in enumerate(pods):
-        what = _display_name(raw, i, "pod")
-        try:
-            pod = _PodDoc.model_validate(raw)
-        except ValidationError as err:
-            problems.append(_problem(what, err))
-            continue
-        meta, spec = pod.metadata, pod.spec or _PodSpec()
-        node_name = spec.node_name or (meta.annotations or {}).get(PLANNED_NODE_ANNOTATION)
-        if not node_name or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
-            continue
-        if exclude_job is not None:
-            labels = meta.labels or {}
-            if (meta.namespace, labels.get("kubegan.io/job-name")) == exclude_job:
-                continue
-        try:
-            req = _requests(spec)
-        except ValueError as err:
-            problems.append(f"{what}: {err}")
-            continue
-        bucket = used.setdefault(node_name, {})
-        for k, v in req.items():
-            bucket[k] = bucket.get(k, Decimal(0)) + v
-
+        u = pod_usage(raw, i)
+        if isinstance(u, str):
+            problems.append(u)
+        elif u is not None:
+            usages.append(u)
     infos: dict[str, NodeInfo] = {}
     for i, raw in enumerate(nodes):
-        what = _display_name(raw, i, "node")
-        try:
-            doc = _NodeDoc.model_validate(raw)
-        except ValidationError as err:
-            problems.append(_problem(what, err))
-            continue
-        name = doc.metadata.name
-        if name in infos:
+        info = node_capacity(raw, i)
+        if isinstance(info, str):
+            problems.append(info)
+        elif info.name in infos:
             # Two entries for one node would let it take two workers of one job.
-            problems.append(f"{what}: listed more than once")
-            continue
-        try:
-            infos[name] = _node_info(doc, used.get(name, {}))
-        except ValueError as err:
-            problems.append(f"{what}: {err}")
-    return Inventory(tuple(sorted(infos.values(), key=lambda n: n.name)), tuple(problems))
+            problems.append(f"{_display_name(raw, i, 'node')}: listed more than once")
+        else:
+            infos[info.name] = info
+    return assemble_inventory(infos.values(), usages, exclude_job=exclude_job, problems=problems)
 
 
 def _device_count(alloc: Mapping[str, QuantityValue], resource: str) -> int:

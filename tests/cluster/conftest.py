@@ -106,8 +106,9 @@ class Kubectl:
 class Operator:
     """`kubegan operator` as a subprocess, the way a user runs it."""
 
-    def __init__(self, log_dir: Path) -> None:
-        self.log_path = log_dir / "operator.log"
+    def __init__(self, log_dir: Path, *extra_args: str, name: str = "operator") -> None:
+        self.log_path = log_dir / f"{name}.log"
+        self.extra_args = list(extra_args)
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -128,6 +129,7 @@ class Operator:
                 # KWOK pods have made-up IPs in 10.244.0.0/16: nothing to scrape, and the
                 # tests send no traffic to addresses that are not this machine's.
                 "--no-trainer-progress",
+                *self.extra_args,
             ],
             env=env,
             stdout=log,

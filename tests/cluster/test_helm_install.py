@@ -25,17 +25,19 @@ from tests.helm.release import (
 
 pytestmark = pytest.mark.timeout(600)
 
-# kube.py: get_job/list_jobs/delete_job, patch_status, job_pods/all_pods/create/lift_gates/
-# delete_pod, exists/create of Service and ConfigMap, event, nodes; kopf: list+watch of the
-# resources it has handlers for (gantrainingjobs, pods, nodes) and event posting.
+# kube.py: delete_job, patch_status, create (pods, services, config maps), lift_gates,
+# delete_pod, event; kopf: list+watch of what it indexes (gantrainingjobs, pods, nodes, the
+# jobs' services and config maps) and event posting; leader.py: the Lease, in the release
+# namespace only.
 NAMESPACED = (
-    {("gantrainingjobs.kubegan.io", v) for v in ("delete", "get", "list", "watch")}
+    {("gantrainingjobs.kubegan.io", v) for v in ("delete", "list", "watch")}
     | {("gantrainingjobs.kubegan.io/status", "patch")}
     | {("pods", v) for v in ("create", "delete", "list", "patch", "watch")}
-    | {(r, v) for r in ("configmaps", "services") for v in ("create", "get")}
+    | {(r, v) for r in ("configmaps", "services") for v in ("create", "list", "watch")}
     | {("events", "create")}
 )
 CLUSTER_WIDE = {("nodes", "list"), ("nodes", "watch")}
+LEASE = {("leases.coordination.k8s.io", v) for v in ("create", "get", "update")}
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +97,8 @@ def test_chart_trainer_images_reach_the_renderer(cluster: Kubectl, release: Rele
 def test_granted_rules_are_exactly_what_the_operator_uses(
     cluster: Kubectl, release: Release
 ) -> None:
-    expected = NAMESPACED | CLUSTER_WIDE
     for namespace in (release.namespace, "default"):
+        expected = NAMESPACED | CLUSTER_WIDE | (LEASE if namespace == release.namespace else set())
         got = granted(cluster, release.user, namespace)
         assert got == expected, (
             f"in {namespace}: unexpected {sorted(got - expected)}, missing {sorted(expected - got)}"

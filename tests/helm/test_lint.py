@@ -19,7 +19,7 @@ def test_lint_strict(preset: str, extra: list[str]) -> None:
 
 BAD_VALUES = [
     # (--set argument, what the error must name)
-    ("replicas=2", "replicas"),  # one replica is not configurable (kopf has no leader election)
+    ("replicas=2", "replicas"),  # it is operator.replicas
     ("operator.metricPort=9000", "metricPort"),  # typo of metricsPort
     ("monitoring.serviceMonitor.enable=true", "enable"),  # typo of enabled
     ("prices.accelerators.nvidia-tesla-t4.ondemand=1", "ondemand"),

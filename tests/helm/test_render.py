@@ -113,7 +113,8 @@ def test_operator_deployment(preset: str) -> None:
     docs = render(preset)
     dep = one(docs, "Deployment")
     assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    # Replicas elect a leader through a Lease, so a rollout may overlap old and new pods.
+    assert dep["spec"]["strategy"]["type"] == "RollingUpdate"
     pod = dep["spec"]["template"]["spec"]
     c = deployment_container(docs)
     args = args_of(c)
@@ -133,6 +134,27 @@ def test_operator_deployment(preset: str) -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert "emptyDir" in volumes[mounts["/tmp"]]
     assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
+    assert "--leader-elect" in args and args["--leader-election-name"] == [dep["metadata"]["name"]]
+
+
+def test_two_replicas_share_one_leader_lease() -> None:
+    docs = render("default", False, "--set", "operator.replicas=2")
+    dep = one(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    args = args_of(deployment_container(docs))
+    namespace = dep["metadata"]["namespace"]
+    assert args["--leader-election-namespace"] == [namespace]
+    # The Lease rules: a Role in the release namespace only, nothing cluster-wide.
+    leader = next(r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader"))
+    assert leader["metadata"]["namespace"] == namespace
+    assert leader["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create", "get", "update"],
+        }
+    ]
+    assert not any("leases" in rule["resources"] for rule in one(docs, "ClusterRole")["rules"])
 
 
 @pytest.mark.parametrize("preset", sorted(VALUES))
@@ -201,9 +223,11 @@ def test_watch_namespaces_narrow_the_rbac() -> None:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     ]
-    roles = by_kind(docs, "Role")
+    roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["ml", "research"]
-    bindings = by_kind(docs, "RoleBinding")
+    bindings = [
+        b for b in by_kind(docs, "RoleBinding") if not b["metadata"]["name"].endswith("-leader")
+    ]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["ml", "research"]
     pm = one(render("default", True, "--set", "operator.watchNamespaces={ml}"), "PodMonitor")
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}

@@ -1,36 +1,28 @@
-"""Node events: a heartbeat reconciles nothing; a change placement can see reconciles (issue 13).
+"""Node and pod events queue only the jobs they can affect (issue 13).
 
 KWOK and kubelets refresh node status all the time; with hundreds of jobs, reconciling every
-job on each refresh would be thousands of LISTs a minute for nothing. Counted through the
-kopf handler itself, with the reconciles replaced by a counter.
+job on each refresh would be thousands of reconciles a minute for nothing. The kopf handlers
+are called as kopf calls them, against a Controller whose indexes are filled from the same
+index functions kopf runs; what they queue is counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubegan_operator import controller
 
-
-class CountingController(controller.Controller):
-    def __init__(self) -> None:
-        super().__init__(kube=None, read_progress=False)
-        self.reconciled: list[tuple[str, str]] = []
-
-    def resync(self) -> None:
-        for name in ("a", "b"):  # two jobs in the cluster
-            self.reconcile_job("ns", name)
-
-    def reconcile_job(self, namespace: str, name: str) -> None:
-        self.reconciled.append((namespace, name))
+from tests.unit.cache_world import Indexes, job_body, pod_body
 
 
-def node(heartbeat: str = "2026-11-23T12:00:00Z", rv: str = "1") -> dict[str, Any]:
+def node(heartbeat: str = "2026-11-23T12:00:00Z", rv: str = "1", name: str = "n0") -> dict:
     return {
         "metadata": {
-            "name": "n0",
+            "name": name,
             "resourceVersion": rv,
             "labels": {"cloud.google.com/gke-nodepool": "p"},
         },
@@ -45,24 +37,49 @@ def node(heartbeat: str = "2026-11-23T12:00:00Z", rv: str = "1") -> dict[str, An
     }
 
 
+class World:
+    """A Controller over in-memory indexes: jobs `run` (a worker on n0), `other` (a worker on
+    n1) and `wait` (Pending, Unschedulable)."""
+
+    def __init__(self) -> None:
+        self.idx = Indexes()
+        self.ctl = controller.Controller(kube=None, read_progress=False)
+        self.ctl.attach(self.idx.indices())
+        self.idx.add_job(job_body("run", phase="Running"))
+        self.idx.add_job(job_body("other", phase="Running"))
+        self.idx.add_job(job_body("wait", phase="Pending", unschedulable=True))
+        self.idx.add_pod(pod_body("run", 0, node="n0"))
+        self.idx.add_pod(pod_body("other", 0, node="n1"))
+
+    def send(self, event_type: str, body: dict[str, Any]) -> None:
+        self.idx.add_node(body) if event_type != "DELETED" else None
+        asyncio.run(
+            controller._on_node(
+                event={"type": event_type, "object": body},
+                body=body,
+                memo=type("Memo", (), {"controller": self.ctl})(),
+            )
+        )
+
+    def queued(self) -> set[str]:
+        out = {k[1] for k in list(self.ctl.queue._due)}
+        for key in out:
+            self.ctl.queue.forget(("ns", key))
+        return out
+
+
 @pytest.fixture
-def ctl(monkeypatch: pytest.MonkeyPatch) -> CountingController:
-    c = CountingController()
-    monkeypatch.setattr(controller, "CONTROLLER", c)
-    return c
+def world() -> World:
+    return World()
 
 
-def send(event_type: str, body: dict[str, Any]) -> None:
-    controller._on_node(event={"type": event_type, "object": body}, body=body)
-
-
-def test_a_heartbeat_reconciles_nothing(ctl: CountingController) -> None:
-    send("ADDED", node())
-    assert len(ctl.reconciled) == 2  # a new node: jobs waiting for capacity may fit now
-    ctl.reconciled.clear()
+def test_a_heartbeat_reconciles_nothing(world: World) -> None:
+    world.send("ADDED", node())
+    # a new node: the jobs on it and the jobs waiting for capacity
+    assert world.queued() == {"run", "wait"}
     for i in range(10):
-        send("MODIFIED", node(heartbeat=f"2026-11-23T12:0{i}:10Z", rv=str(i + 2)))
-    assert ctl.reconciled == []
+        world.send("MODIFIED", node(heartbeat=f"2026-11-23T12:0{i}:10Z", rv=str(i + 2)))
+        assert world.queued() == set()
 
 
 @pytest.mark.parametrize(
@@ -76,20 +93,37 @@ def test_a_heartbeat_reconciles_nothing(ctl: CountingController) -> None:
     ],
     ids=["not-ready", "cordoned", "allocatable", "label", "taint"],
 )
-def test_a_change_placement_sees_reconciles(ctl: CountingController, change: Any) -> None:
-    send("ADDED", node())
-    ctl.reconciled.clear()
+def test_a_change_placement_sees_queues_only_the_jobs_it_affects(
+    world: World, change: Callable[[dict[str, Any]], None]
+) -> None:
+    world.send("ADDED", node())
+    world.queued()
     changed = copy.deepcopy(node(rv="2"))
     change(changed)
-    send("MODIFIED", changed)
-    assert sorted(ctl.reconciled) == [("ns", "a"), ("ns", "b")]
-    ctl.reconciled.clear()
-    send("MODIFIED", changed)  # the same state again (a heartbeat after the change)
-    assert ctl.reconciled == []
+    world.send("MODIFIED", changed)
+    # its own worker's job and the waiting one; not `other`, whose worker is on n1
+    assert world.queued() == {"run", "wait"}
+    world.send("MODIFIED", changed)  # the same state again (a heartbeat after the change)
+    assert world.queued() == set()
 
 
-def test_a_deleted_node_reconciles(ctl: CountingController) -> None:
-    send("ADDED", node())
-    ctl.reconciled.clear()
-    send("DELETED", node())
-    assert len(ctl.reconciled) == 2
+def test_a_deleted_node_queues_its_jobs(world: World) -> None:
+    world.send("ADDED", node())
+    world.queued()
+    world.send("DELETED", node())
+    assert world.queued() == {"run", "wait"}
+
+
+def test_pod_events_queue_their_job_and_freed_capacity_the_waiting_ones(world: World) -> None:
+    ctl = world.ctl
+    ctl.pod_event("MODIFIED", pod_body("run", 0, node="n0"))
+    assert world.queued() == {"run"}
+    # a pod of no job finishing on a node frees GPUs: the waiting job may fit now
+    stranger = {"metadata": {"name": "x", "namespace": "ns"}, "spec": {"nodeName": "n1"}}
+    ctl.pod_event("MODIFIED", {**stranger, "status": {"phase": "Running"}})
+    assert world.queued() == set()
+    ctl.pod_event("MODIFIED", {**stranger, "status": {"phase": "Succeeded"}})
+    assert ctl.queue.due_in(("ns", "wait")) == pytest.approx(
+        controller.CAPACITY_SETTLE_SECONDS, abs=0.1
+    )
+    assert world.queued() == {"wait"}

@@ -1,0 +1,310 @@
+"""The operator's view of the cluster, from its watches (issue 13).
+
+kopf watches nodes, pods, GANTrainingJobs and the jobs' Services and ConfigMaps; an index
+handler per watch (the `index_*` functions, registered with `@kopf.index` in controller.py)
+turns each object into the little that placement and reconcile read, and kopf keeps those
+entries up to date with every event. `View` answers reconcile's questions from the indexes,
+so in steady state the operator sends no request but its watches.
+
+A watch lags behind the operator's own writes, and the level-based reconcile must not act
+twice on one state (create a pod again, count a restart twice). `Expectations` is the
+ReplicaSet controller's answer: after its writes the operator remembers what it expects to
+see (the created pods present, deleted ones going, the written status), does not reconcile
+the job until the watch shows it (or it waited too long), and counts its new workers on
+their planned nodes meanwhile, so the next job's plan does not take the same GPUs.
+
+Everything here runs on kopf's event loop (index handlers, event handlers and the
+reconcile's snapshot alike), so the indexes are never read while they change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubegan_operator.names import JOB_NAME_LABEL
+from kubegan_operator.reconcile import parse_time
+from kubegan_operator.topology import (
+    Inventory,
+    NodeInfo,
+    PodUsage,
+    assemble_inventory,
+    node_capacity,
+    pod_usage,
+)
+
+JobKey = tuple[str, str]  # (namespace, name)
+
+# What a node must be NotReady for before its workers count as disrupted: a heartbeat blip
+# must not restart a whole gang (whose old containers may still be writing checkpoints).
+NOT_READY_GRACE_SECONDS = 30.0
+# The watch normally shows the operator's own writes within a second; past this, stop
+# waiting for it and reconcile from what it shows (a pod that was never created, say).
+EXPECTATION_TIMEOUT_SECONDS = 60.0
+
+
+# ---- index handlers: one watched object -> its index entries (pure) -------------------------
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    name: str
+    capacity: NodeInfo | None  # None when the node cannot be read (problem says why)
+    problem: str | None
+    ready: bool
+    not_ready_since: datetime | None  # Ready's lastTransitionTime while not Ready
+    key: tuple[Any, ...]  # what placement reads of it: a change of this reconciles jobs
+
+
+def index_node(body: Mapping[str, Any]) -> dict[str, NodeEntry]:
+    meta, status, spec = (body.get(k) or {} for k in ("metadata", "status", "spec"))
+    name = meta.get("name", "")
+    ready, since = False, None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+            since = None if ready else parse_time(cond.get("lastTransitionTime"))
+            break
+    info = node_capacity(body)
+    key = (
+        ready,
+        bool(spec.get("unschedulable")),
+        _frozen(status.get("allocatable") or {}),
+        _frozen(meta.get("labels") or {}),
+        _frozen(spec.get("taints") or []),
+    )
+    capacity, problem = (None, info) if isinstance(info, str) else (info, None)
+    return {name: NodeEntry(name, capacity, problem, ready, since, key)}
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable copy, for comparing what placement reads of a node."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def index_pod_usage(body: Mapping[str, Any]) -> dict[str, PodUsage]:
+    """Every pod holding node resources, by node (free capacity counts every namespace's
+    pods). Unreadable pods hold nothing here; the planner cannot use them either."""
+    u = pod_usage(body)
+    return {u.node: u} if isinstance(u, PodUsage) else {}
+
+
+# The parts of a worker pod reconcile and classify read; the rest (managedFields, the
+# rendered container) is not kept, so a thousand workers cost little memory.
+_POD_META = ("name", "namespace", "uid", "labels", "annotations", "ownerReferences")
+
+
+def index_job_pod(body: Mapping[str, Any]) -> dict[JobKey, dict[str, Any]]:
+    meta = body.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+    if not job:
+        return {}
+    spec = body.get("spec") or {}
+    slim = {
+        "metadata": {
+            **{k: meta[k] for k in _POD_META if k in meta},
+            **(
+                {"deletionTimestamp": meta["deletionTimestamp"]}
+                if meta.get("deletionTimestamp")
+                else {}
+            ),
+        },
+        "spec": {k: spec[k] for k in ("nodeName", "schedulingGates") if k in spec},
+        "status": dict(body.get("status") or {}),
+    }
+    return {(meta.get("namespace", ""), job): slim}
+
+
+def index_owned(body: Mapping[str, Any]) -> dict[JobKey, bool]:
+    """A job's Service or ConfigMap (they carry the job's label) exists: by (namespace, name)."""
+    meta = body.get("metadata") or {}
+    if not (meta.get("labels") or {}).get(JOB_NAME_LABEL):
+        return {}
+    return {(meta.get("namespace", ""), meta.get("name", "")): True}
+
+
+def index_job(body: Mapping[str, Any]) -> dict[JobKey, dict[str, Any]]:
+    meta = body.get("metadata") or {}
+    slim = {k: body.get(k) for k in ("apiVersion", "kind", "spec", "status")}
+    slim["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return {(meta.get("namespace", ""), meta.get("name", "")): slim}
+
+
+def resource_version(obj: Mapping[str, Any] | None) -> int:
+    """etcd revisions are integers in practice; anything else reads as oldest."""
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion", "-1"))
+    except ValueError:
+        return -1
+
+
+# ---- what the operator wrote and has not seen yet ---------------------------------------------
+
+
+@dataclass
+class JobExpectations:
+    # pod name -> "present" | "gone" | "ungated", and until when it waits for that
+    pods: dict[str, tuple[str, float]] = field(default_factory=dict)
+    reserved: dict[str, PodUsage] = field(default_factory=dict)  # created, not seen yet
+    written: dict[str, Any] | None = None  # the job as the status write returned it
+
+
+class Expectations:
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.clock = clock
+        self.jobs: dict[JobKey, JobExpectations] = {}
+
+    def of(self, key: JobKey) -> JobExpectations:
+        return self.jobs.setdefault(key, JobExpectations())
+
+    def expect(self, key: JobKey, pod: str, what: str) -> None:
+        self.of(key).pods[pod] = (what, self.clock() + EXPECTATION_TIMEOUT_SECONDS)
+
+    def reserve(self, key: JobKey, usage: PodUsage) -> None:
+        self.of(key).reserved[usage.name] = usage
+
+    def forget(self, key: JobKey) -> None:
+        self.jobs.pop(key, None)
+
+    def pending(self, key: JobKey, pods: Iterable[Mapping[str, Any]]) -> float | None:
+        """Seconds until the oldest expectation of the job times out, or None when the watch
+        already shows everything the operator did to its pods."""
+        exp = self.jobs.get(key)
+        if exp is None or not exp.pods:
+            return None
+        seen = {(p.get("metadata") or {}).get("name", ""): p for p in pods}
+        now, left = self.clock(), None
+        for name, (what, until) in list(exp.pods.items()):
+            pod = seen.get(name)
+            met = (
+                pod is not None
+                if what == "present"
+                else pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+                if what == "gone"
+                else pod is None or not (pod.get("spec") or {}).get("schedulingGates")
+            )
+            if met or until <= now:
+                del exp.pods[name]
+            else:
+                left = until - now if left is None else min(left, until - now)
+        return left
+
+
+# ---- the view reconcile reads -------------------------------------------------------------
+
+
+def _one(store: Any) -> Any:
+    """The single value an index holds under a key (kopf keeps a collection per key)."""
+    for value in store or ():
+        return value
+    return None
+
+
+@dataclass
+class View:
+    """kopf's indexes (as handlers receive them) plus the operator's expectations."""
+
+    jobs: Mapping[JobKey, Any]
+    nodes: Mapping[str, Any]
+    usage: Mapping[str, Any]  # node -> PodUsage of every pod holding resources there
+    job_pods: Mapping[JobKey, Any]
+    services: Mapping[JobKey, Any]
+    config_maps: Mapping[JobKey, Any]
+    expectations: Expectations
+
+    def job(self, key: JobKey) -> dict[str, Any] | None:
+        seen = _one(self.jobs.get(key))
+        exp = self.expectations.jobs.get(key)
+        written = exp.written if exp else None
+        if seen is None:
+            return None
+        if written is not None:
+            if resource_version(written) > resource_version(seen):
+                return written
+            exp.written = None  # type: ignore[union-attr]  # the watch caught up
+        return seen
+
+    def pods(self, key: JobKey) -> list[dict[str, Any]]:
+        return list(self.job_pods.get(key) or ())
+
+    def has(self, kind: str, key: JobKey) -> bool:
+        return key in (self.services if kind == "Service" else self.config_maps)
+
+    def node_entries(self) -> Iterator[NodeEntry]:
+        for store in self.nodes.values():
+            entry = _one(store)
+            if entry is not None:
+                yield entry
+
+    def node_ready(self, now: datetime) -> dict[str, bool]:
+        """Every node: Ready, or NotReady for less than the grace period."""
+        return {e.name: _usable(e, now) for e in self.node_entries()}
+
+    def grace_left(self, nodes: Iterable[str], now: datetime) -> float | None:
+        """Seconds until the first of `nodes` now in its NotReady grace stops being usable."""
+        left = None
+        for name in set(nodes):
+            entry = _one(self.nodes.get(name))
+            if entry is None or entry.ready or entry.not_ready_since is None:
+                continue
+            rest = NOT_READY_GRACE_SECONDS - (now - entry.not_ready_since).total_seconds()
+            if rest > 0:
+                left = rest if left is None else min(left, rest)
+        return left
+
+    def inventory(
+        self, exclude_job: JobKey | None = None, extra: Iterable[PodUsage] = ()
+    ) -> Inventory:
+        """Free capacity now: the indexed nodes, less what indexed pods, the operator's
+        not-yet-seen new workers and `extra` (pods outside the watched namespaces) hold."""
+        usages = [u for store in self.usage.values() for u in store]
+        seen = {(u.namespace, u.name) for u in usages}
+        for exp in self.expectations.jobs.values():
+            for name, u in list(exp.reserved.items()):
+                if (u.namespace, name) in seen:
+                    del exp.reserved[name]  # the watch shows it now
+                else:
+                    usages.append(u)
+        entries = list(self.node_entries())
+        return assemble_inventory(
+            [e.capacity for e in entries if e.capacity is not None],
+            [*usages, *extra],
+            exclude_job=exclude_job,
+            problems=[e.problem for e in entries if e.problem],
+        )
+
+    def jobs_on(self, node: str) -> set[JobKey]:
+        """Jobs with a worker holding resources on `node`."""
+        return {(u.namespace, u.job) for u in self.usage.get(node) or () if u.job}
+
+    def waiting_jobs(self) -> set[JobKey]:
+        """Jobs that wait for capacity: not placed yet, or told Unschedulable."""
+        out = set()
+        for key, store in self.jobs.items():
+            status = (_one(store) or {}).get("status") or {}
+            if status.get("phase") in ("Succeeded", "Failed", "Suspended"):
+                continue
+            unschedulable = any(
+                c.get("type") == "Unschedulable" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            if unschedulable or status.get("phase") in (None, "Pending", "Restarting"):
+                out.add(key)
+        return out
+
+    def all_jobs(self) -> list[JobKey]:
+        return list(self.jobs.keys())
+
+
+def _usable(entry: NodeEntry, now: datetime) -> bool:
+    if entry.ready:
+        return True
+    since = entry.not_ready_since
+    return since is not None and (now - since).total_seconds() < NOT_READY_GRACE_SECONDS

@@ -1,0 +1,169 @@
+"""The operator's view from its indexes (cache.py): the same inventory as listing the cluster,
+read-your-writes for its own status and pods, and the expectations that keep a lagging watch
+from making it act twice (issue 13)."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from kubegan_operator import cache
+from kubegan_operator.topology import build_inventory, pod_usage
+
+from tests.unit import nodes as n
+from tests.unit.cache_world import Indexes, job_body, pod_body
+
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def view(idx: Indexes, clock: list[float] | None = None) -> cache.View:
+    t = clock if clock is not None else [0.0]
+    exp = cache.Expectations(clock=lambda: t[0])
+    return cache.View(
+        **{k.removeprefix("kubegan_"): v for k, v in _names(idx).items()}, expectations=exp
+    )
+
+
+def _names(idx: Indexes) -> dict[str, object]:
+    return {
+        "jobs": idx.jobs,
+        "nodes": idx.nodes,
+        "usage": idx.usage,
+        "job_pods": idx.job_pods,
+        "services": idx.services,
+        "config_maps": idx.config_maps,
+    }
+
+
+def test_the_inventory_from_indexes_equals_the_listed_one() -> None:
+    rng = random.Random(13)
+    node_list = [
+        n.node(f"n{i}", gpus=rng.choice([4, 8]), pool=f"p{i % 3}", spot=i % 2 == 0, ready=i != 5)
+        for i in range(40)
+    ]
+    node_list.append(
+        {"metadata": {"name": "broken"}, "status": {"allocatable": {"nvidia.com/gpu": "x"}}}
+    )
+    pods = [
+        n.pod(f"p{i}", f"n{rng.randrange(40)}", rng.choice([1, 2, 4]), namespace=f"ns{i % 2}",
+              phase=rng.choice(["Running", "Running", "Succeeded"]),
+              labels={"kubegan.io/job-name": "j"} if i % 5 == 0 else {})
+        for i in range(60)
+    ]  # fmt: skip
+    idx = Indexes()
+    for node in node_list:
+        idx.add_node(node)
+    for pod in pods:
+        idx.add_pod(pod)
+    v = view(idx)
+    for exclude in (None, ("ns0", "j")):
+        listed = build_inventory(node_list, pods, exclude_job=exclude)
+        indexed = v.inventory(exclude_job=exclude)
+        assert indexed.nodes == listed.nodes
+        assert set(indexed.problems) == set(listed.problems) and indexed.problems
+
+
+def test_new_workers_hold_their_planned_node_until_the_watch_shows_them() -> None:
+    idx = Indexes()
+    idx.add_node(n.node("n0", gpus=8))
+    v = view(idx)
+    worker = pod_body("a", 0, gpus=8)
+    worker["metadata"]["annotations"] = {"kubegan.io/planned-node": "n0"}
+    usage = pod_usage(worker)
+    assert usage is not None and not isinstance(usage, str)
+    v.expectations.reserve(("ns", "a"), usage)
+    assert v.inventory().nodes[0].free_gpus == 0  # not in the index yet, still counted
+    idx.add_pod(worker)  # the watch shows it: counted once, from the index
+    assert v.inventory().nodes[0].free_gpus == 0
+    assert v.expectations.jobs[("ns", "a")].reserved == {}
+    assert v.inventory(exclude_job=("ns", "a")).nodes[0].free_gpus == 8
+
+
+def test_expectations_hold_the_job_until_the_watch_shows_the_writes() -> None:
+    clock = [0.0]
+    idx = Indexes()
+    v = view(idx, clock)
+    key = ("ns", "a")
+    exp = v.expectations
+    assert exp.pending(key, []) is None
+    exp.expect(key, "a-worker-0", "present")
+    exp.expect(key, "a-worker-1", "present")
+    idx.add_pod(pod_body("a", 0))
+    assert exp.pending(key, v.pods(key)) == cache.EXPECTATION_TIMEOUT_SECONDS
+    idx.add_pod(pod_body("a", 1))
+    assert exp.pending(key, v.pods(key)) is None
+    # deletes: met once the pod is being deleted or gone
+    clock[0] = 10.0
+    exp.expect(key, "a-worker-0", "gone")
+    assert exp.pending(key, v.pods(key)) == cache.EXPECTATION_TIMEOUT_SECONDS
+    deleting = pod_body("a", 0)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-23T12:00:00Z"
+    idx.add_pod(deleting)
+    assert exp.pending(key, v.pods(key)) is None
+    # gates: met once lifted; one never seen times out rather than holding the job forever
+    exp.expect(key, "a-worker-1", "ungated")
+    gated = pod_body("a", 1)
+    gated["spec"]["schedulingGates"] = [{"name": "kubegan.io/gang"}]
+    idx.add_pod(gated)
+    assert exp.pending(key, v.pods(key)) is not None
+    clock[0] += cache.EXPECTATION_TIMEOUT_SECONDS
+    assert exp.pending(key, v.pods(key)) is None
+
+
+def test_the_status_the_operator_wrote_wins_until_the_watch_catches_up() -> None:
+    idx = Indexes()
+    v = view(idx)
+    key = ("ns", "a")
+    idx.add_job(job_body("a", phase="Pending", rv="10"))
+    written = job_body("a", phase="Running", rv="11")
+    v.expectations.of(key).written = written
+    assert v.job(key)["status"]["phase"] == "Running"
+    idx.add_job(job_body("a", phase="Running", rv="11"))
+    assert v.job(key)["status"]["phase"] == "Running"
+    assert v.expectations.jobs[key].written is None  # dropped: the watch has it
+    idx.jobs.drop(job_body("a"))
+    assert v.job(key) is None
+
+
+def test_not_ready_grace_and_the_jobs_a_node_affects() -> None:
+    idx = Indexes()
+    down = n.node("n1")
+    down["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-23T12:00:00Z"}
+    ]
+    idx.add_node(n.node("n0"))
+    idx.add_node(down)
+    idx.add_pod(pod_body("a", 0, node="n1"))
+    idx.add_job(job_body("a", phase="Running"))
+    idx.add_job(job_body("b", phase="Pending", unschedulable=True))
+    idx.add_job(job_body("c", phase="Succeeded"))
+    v = view(idx)
+    assert v.node_ready(T0 + timedelta(seconds=10)) == {"n0": True, "n1": True}
+    assert v.node_ready(T0 + timedelta(seconds=31)) == {"n0": True, "n1": False}
+    assert v.grace_left(["n0", "n1"], T0 + timedelta(seconds=10)) == 20
+    assert v.jobs_on("n1") == {("ns", "a")} and v.jobs_on("n0") == set()
+    assert v.waiting_jobs() == {("ns", "b")}
+
+
+def test_only_the_jobs_own_services_and_config_maps_are_indexed() -> None:
+    owned = {"metadata": {"name": "a", "namespace": "ns", "labels": {"kubegan.io/job-name": "a"}}}
+    assert cache.index_owned(owned) == {("ns", "a"): True}
+    assert cache.index_owned({"metadata": {"name": "x", "namespace": "ns"}}) == {}
+    slim = cache.index_job_pod(
+        {**pod_body("a", 0), "metadata": {**pod_body("a", 0)["metadata"], "managedFields": [1]}}
+    )
+    assert "managedFields" not in slim[("ns", "a")]["metadata"]
+    assert "containers" not in slim[("ns", "a")]["spec"]
+
+
+def test_the_index_handlers_read_kopf_bodies() -> None:
+    """kopf hands handlers a read-only Body view, not the dict the API sent."""
+    import kopf
+    from kubegan_operator import controller
+
+    node = controller.kubegan_nodes(body=kopf.Body(n.node("n0", gpus=8)))["n0"]
+    assert node.capacity is not None and node.capacity.gpus == 8 and node.problem is None
+    usage = controller.kubegan_pod_usage(body=kopf.Body(pod_body("a", 0, node="n0")))
+    assert usage["n0"].requests["nvidia.com/gpu"] == 8
+    pods = controller.kubegan_job_pods(body=kopf.Body(pod_body("a", 0, node="n0")))
+    assert pods[("ns", "a")]["spec"]["nodeName"] == "n0"
