@@ -3,11 +3,11 @@
 One iteration, per replica, with k = gradientAccumulationSteps micro-batches of
 batchSizePerReplica each (the replica's part of the global batch):
 
-  D phases (task.d_parts; 3DGAN: "real" then "fake"): fakes are generated once, outside
-      any tape; for each part, per-micro-batch gradients of the per-example loss
-      averaged over the global batch (tf.nn.compute_average_loss) / k are summed, then
-      all-reduced (SUM) across replicas, clipped to the global norm, and applied.
-  G phases (task.g_steps; 3DGAN: two, each with fresh noise): the same, through D.
+  The task's schedule (kubegan_trainer.phases; 3DGAN: D on real, D on fake, two G
+  updates with fresh noise), phase by phase. D's fakes are generated once, outside any
+  tape. Each update: per-micro-batch gradients of the per-example loss averaged over the
+  global batch (tf.nn.compute_average_loss) / k are summed, then all-reduced (SUM)
+  across replicas, clipped to the global norm, and applied.
   Then BatchNorm moving statistics are averaged across replicas, so every replica (and
   worker) holds identical state and checkpoints do not depend on which replica is saved.
 
@@ -133,6 +133,7 @@ class TfGanTrainer:
             Path(env.checkpoint_dir), config.checkpoint.keep, self.checkpoint, info.worker_index
         )
         self._reclaim_pending = False
+        self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
         self._train_step = tf.function(self._distributed_step)
 
     # ---- one step --------------------------------------------------------------------------
@@ -166,27 +167,34 @@ class TfGanTrainer:
     def _replica_step(self, batch: dict[str, tf.Tensor], flags: tf.Tensor) -> tuple[tf.Tensor, ...]:
         task, rng, b = self.task, self.rng, self.batch
         ctx = tf.distribute.get_replica_context()
+        sched = task.schedule
         micro = [{k: v[i * b : (i + 1) * b] for k, v in batch.items()} for i in range(self.k)]
         inputs = [task.generator_inputs(m, rng) for m in micro]
-        fakes = [tf.stop_gradient(task.generate(x, training=task.d_fakes_training)) for x in inputs]
-        d_vars, g_vars = self.D.trainable_variables, self.G.trainable_variables
-        d_total = tf.constant(0.0)
-        for part in task.d_parts:
-            d_total += self._phase(
-                self.opt_d,
-                d_vars,
-                lambda i, part=part: task.d_loss(micro[i], fakes[i], inputs[i], part, rng),
-            )
-        g_total = tf.constant(0.0)
-        for _ in range(task.g_steps):
-            g_inputs = (
-                [task.generator_inputs(m, rng) for m in micro] if task.fresh_g_inputs else inputs
-            )
+        fakes = [
+            tf.stop_gradient(task.generate(x, training=sched.d_fakes_training)) for x in inputs
+        ]
+        totals = {"discriminator": tf.constant(0.0), "generator": tf.constant(0.0)}
+        for phase in sched.phases:
+            score = getattr(task, phase.loss)
+            for _ in range(phase.repeats):
+                if phase.fresh_inputs:
+                    inputs = [task.generator_inputs(m, rng) for m in micro]
+                if phase.network == "discriminator":
+                    opt, variables = self.opt_d, self.D.trainable_variables
 
-            def g_loss(i: int, g_inputs: list = g_inputs) -> tf.Tensor:
-                return task.g_loss(micro[i], task.generate(g_inputs[i], training=True), g_inputs[i])
+                    def loss(i: int, score=score, inp=inputs) -> tf.Tensor:
+                        return score(micro[i], fakes[i], inp[i], rng)
+                else:
+                    opt, variables = self.opt_g, self.G.trainable_variables
 
-            g_total += self._phase(self.opt_g, g_vars, g_loss)
+                    def loss(i: int, score=score, inp=inputs) -> tf.Tensor:
+                        return score(micro[i], task.generate(inp[i], training=True), inp[i])
+
+                totals[phase.network] += self._phase(opt, variables, loss)
+                # Recorded while tracing (the graph's update order), for the first replica.
+                first = tf.get_static_value(ctx.replica_id_in_sync_group) == 0
+                if self.phase_log is not None and first:
+                    self.phase_log.append(f"{phase.network}:{phase.loss}")
         if self._sync_vars:
             synced = ctx.all_reduce(
                 tf.distribute.ReduceOp.MEAN, [tf.identity(v.value) for v in self._sync_vars]
@@ -197,7 +205,9 @@ class TfGanTrainer:
         agreed = ctx.all_reduce(
             tf.distribute.ReduceOp.SUM, tf.identity(flags)
         )  # > 0: someone set it
-        return (g_total / task.g_steps, d_total / len(task.d_parts), agreed, batch["index"])
+        g = totals["generator"] / sched.count("generator")
+        d = totals["discriminator"] / sched.count("discriminator")
+        return (g, d, agreed, batch["index"])
 
     def _distributed_step(self, batch: Any, flags: tf.Tensor) -> tuple[tf.Tensor, ...]:
         g, d, agreed, index = self.strategy.run(self._replica_step, args=(batch, flags))

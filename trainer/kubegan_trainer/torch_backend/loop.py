@@ -1,16 +1,18 @@
 """The distributed GAN training loop (one process per device).
 
-Per iteration, with k = gradientAccumulationSteps micro-batches of batchSizePerReplica:
+Per iteration, with k = gradientAccumulationSteps micro-batches of batchSizePerReplica,
+the task's schedule (kubegan_trainer.phases, shared with the TensorFlow backend; most
+models: one D update, one G update; 3DGAN: D on real, D on fake, two G updates with fresh
+noise). D's fakes are generated once per iteration. Each update:
 
-  D phase: for each micro-batch draw generator inputs, generate, score real and
-           *detached* fakes, backward loss / k; DDP all-reduces only on the last
-           micro-batch (`no_sync` before). Then unscale, clip, step D.
-  G phase: freeze D, score the fakes through the bare D module (no DDP reducer for a
-           network that gets no gradient), backward loss / k under G's DDP wrapper with
-           the same `no_sync` rule. Unscale, clip, step G; `scaler.update()` once.
+  D: score real and *detached* fakes with the phase's loss method, backward loss / k;
+     DDP all-reduces only on the last micro-batch (`no_sync` before). Unscale, clip, step.
+  G: freeze D, score fakes through the bare D module (no DDP reducer for a network that
+     gets no gradient), backward loss / k under G's DDP wrapper with the same `no_sync`
+     rule. Unscale, clip, step. `scaler.update()` once per round of updates.
 
-With k = 1 the D phase's fakes (with their graph) are reused by the G phase, saving a
-generator forward; with k > 1 the D phase generates under no_grad and the G phase
+With k = 1 the D phase's fakes (with their graph) are reused by the first G update,
+saving a generator forward; with k > 1 the fakes are made under no_grad and the G phase
 regenerates from the same inputs, so memory stays that of one micro-batch.
 
 After every step the ranks agree (one tiny all-reduce on a CPU/gloo group, which never
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +151,7 @@ class GanTrainer:
             k: (torch.from_numpy(v).pin_memory() if pin else torch.from_numpy(v))
             for k, v in dataset.arrays.items()
         }
+        self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
         self.store = CheckpointStore(
             Path(env.checkpoint_dir), config.checkpoint.keep, warn=log.warning
         )
@@ -191,40 +194,90 @@ class GanTrainer:
         return norm
 
     def train_step(self, micro: list[Batch]) -> StepStats:
-        task, k = self.task, len(micro)
-        ac = autocast(self.precision, self.device)
-        # --- discriminator
-        self.D.requires_grad_(True)
-        self.opt_d.zero_grad(set_to_none=True)
+        """One optimizer step: the task's schedule (kubegan_trainer.phases), phase by phase."""
+        task, sched = self.task, self.task.schedule
         inputs = [task.generator_inputs(b) for b in micro]
-        fakes: list[Tensor] = []
-        d_total = torch.zeros((), device=self.device)
-        for i, (b, inp) in enumerate(zip(micro, inputs, strict=True)):
-            with self._sync_ctx(self.D_ddp, i == k - 1), ac:
-                if k == 1:
-                    fake = task.generate(self.G_ddp, inp)  # graph kept for the G phase
+        # k = 1 and fakes made in training mode: the first G update without fresh inputs
+        # reuses D's fakes, graph and all, saving a generator forward.
+        keep_graph = len(micro) == 1 and sched.d_fakes_training
+        fakes = self._d_fakes(inputs, keep_graph, sched.d_fakes_training)
+        reusable = fakes[0] if keep_graph else None
+        zero = torch.zeros((), device=self.device)
+        totals = {"discriminator": zero, "generator": zero}
+        norms: dict[str, float] = {}
+        stepped: set[str] = set()
+        for phase in sched.phases:
+            score = getattr(task, phase.loss)
+            for _ in range(phase.repeats):
+                if phase.fresh_inputs:
+                    inputs, reusable = [task.generator_inputs(b) for b in micro], None
+                if phase.network in stepped:
+                    # GradScaler steps each optimizer once per update(): a second update of
+                    # the same network in this step closes the previous scaler round.
+                    self.scaler.update()
+                    stepped.clear()
+                if phase.network == "discriminator":
+                    loss, norms["discriminator"] = self._update_d(score, micro, inputs, fakes)
                 else:
-                    with torch.no_grad():
-                        fake = task.generate(self.G, inp)
-                d_loss = task.d_loss(self.D_ddp, b, fake.detach(), inp)
-            self.scaler.scale(d_loss / k).backward()
-            fakes.append(fake)
-            d_total += d_loss.detach()
-        d_norm = self._apply(self.opt_d, self.D)
-        # --- generator
+                    loss, norms["generator"] = self._update_g(score, micro, inputs, reusable)
+                    reusable = None  # its graph is spent
+                totals[phase.network] = totals[phase.network] + loss
+                stepped.add(phase.network)
+                if self.phase_log is not None:
+                    self.phase_log.append(f"{phase.network}:{phase.loss}")
+        self.scaler.update()
+        return StepStats(
+            totals["generator"] / sched.count("generator"),
+            totals["discriminator"] / sched.count("discriminator"),
+            norms,
+        )
+
+    def _d_fakes(self, inputs: list[Batch], keep_graph: bool, training: bool) -> list[Tensor]:
+        """The fakes every D phase of this step scores (made once, as in 3DGAN)."""
+        ac = autocast(self.precision, self.device)
+        if keep_graph:
+            with ac:
+                return [self.task.generate(self.G_ddp, inputs[0])]
+        self.G.train(training)
+        try:
+            with torch.no_grad(), ac:
+                return [self.task.generate(self.G, inp) for inp in inputs]
+        finally:
+            self.G.train(True)
+
+    def _update_d(
+        self, score: Callable[..., Tensor], micro: list[Batch], inputs: list[Batch], fakes: list
+    ) -> tuple[Tensor, float]:
+        k, total = len(micro), torch.zeros((), device=self.device)
+        self.opt_d.zero_grad(set_to_none=True)
+        for i, (b, inp, fake) in enumerate(zip(micro, inputs, fakes, strict=True)):
+            with self._sync_ctx(self.D_ddp, i == k - 1), autocast(self.precision, self.device):
+                loss = score(self.D_ddp, b, fake.detach(), inp)
+            self.scaler.scale(loss / k).backward()
+            total += loss.detach()
+        return total / k, self._apply(self.opt_d, self.D)
+
+    def _update_g(
+        self,
+        score: Callable[..., Tensor],
+        micro: list[Batch],
+        inputs: list[Batch],
+        reuse: Tensor | None,
+    ) -> tuple[Tensor, float]:
+        """Through the bare, frozen D: no DDP reducer for a network that gets no gradient."""
+        k, total = len(micro), torch.zeros((), device=self.device)
         self.D.requires_grad_(False)
         self.opt_g.zero_grad(set_to_none=True)
-        g_total = torch.zeros((), device=self.device)
-        for i, (b, inp) in enumerate(zip(micro, inputs, strict=True)):
-            with self._sync_ctx(self.G_ddp, i == k - 1), ac:
-                fake = fakes[0] if k == 1 else task.generate(self.G_ddp, inp)
-                g_loss = task.g_loss(self.D, b, fake, inp)
-            self.scaler.scale(g_loss / k).backward()
-            g_total += g_loss.detach()
-        g_norm = self._apply(self.opt_g, self.G)
-        self.D.requires_grad_(True)
-        self.scaler.update()
-        return StepStats(g_total / k, d_total / k, {"generator": g_norm, "discriminator": d_norm})
+        try:
+            for i, (b, inp) in enumerate(zip(micro, inputs, strict=True)):
+                with self._sync_ctx(self.G_ddp, i == k - 1), autocast(self.precision, self.device):
+                    fake = reuse if reuse is not None else self.task.generate(self.G_ddp, inp)
+                    loss = score(self.D, b, fake, inp)
+                self.scaler.scale(loss / k).backward()
+                total += loss.detach()
+        finally:
+            self.D.requires_grad_(True)
+        return total / k, self._apply(self.opt_g, self.G)
 
     # ---- control-plane collectives -------------------------------------------------------
     def _agree(self, stop: bool, due: bool) -> tuple[bool, bool]:

@@ -40,7 +40,7 @@ class AcganTask(TfGanTask):
         return self.generator([inputs["z"], inputs["label"]], training=training)
 
     def d_loss(
-        self, batch: Batch, fake: tf.Tensor, inputs: Batch, part: str, gen: tf.random.Generator
+        self, batch: Batch, fake: tf.Tensor, inputs: Batch, gen: tf.random.Generator
     ) -> tf.Tensor:
         real_adv, real_cls = self.discriminator(batch["image"], training=True)
         fake_adv, fake_cls = self.discriminator(fake, training=True)

@@ -1,12 +1,13 @@
 """What the TF training loop needs from a GAN: two Keras models, inputs and losses.
 
 The loop owns the strategy, precision, accumulation, clipping and optimizers; a task says
-how to draw generator inputs, generate and score, and how one iteration is phased:
-`d_parts` D updates (e.g. ("both",) or 3DGAN's ("real", "fake")), then `g_steps` G
-updates. Losses are per example, float32, so the loop can average them over the global
-batch with `tf.nn.compute_average_loss`. All randomness comes from the loop's
-`tf.random.Generator` (checkpointed), never from Keras' own seed generators: that is
-what makes a resumed run continue the same random stream.
+how to draw generator inputs, generate and score, and its `schedule` (kubegan_trainer.phases,
+shared with the PyTorch backend) says how one iteration is phased: each phase names the
+network it updates and the task method that scores it. Losses are per example, float32,
+so the loop can average them over the global batch with `tf.nn.compute_average_loss`.
+All randomness comes from the loop's `tf.random.Generator` (checkpointed), never from
+Keras' own seed generators: that is what makes a resumed run continue the same random
+stream.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from kubegan_trainer.model_options import option  # noqa: F401 - re-exported
+from kubegan_trainer.phases import STANDARD, Schedule
 
 Batch = dict[str, tf.Tensor]
 
@@ -65,10 +67,7 @@ class TfGanTask(ABC):
     generator: keras.Model
     discriminator: keras.Model
     data_kind: str = "images"
-    d_parts: tuple[str, ...] = ("both",)
-    g_steps: int = 1
-    fresh_g_inputs: bool = False  # draw new generator inputs for every G step
-    d_fakes_training: bool = True  # generator mode when making the D phase's fakes
+    schedule: Schedule = STANDARD
     rng: RngRef
 
     @abstractmethod
@@ -81,9 +80,10 @@ class TfGanTask(ABC):
 
     @abstractmethod
     def d_loss(
-        self, batch: Batch, fake: tf.Tensor, inputs: Batch, part: str, gen: tf.random.Generator
+        self, batch: Batch, fake: tf.Tensor, inputs: Batch, gen: tf.random.Generator
     ) -> tf.Tensor:
-        """Per-example discriminator loss for `part` ("both", "real" or "fake")."""
+        """Per-example discriminator loss on real and fake (other D phases: other methods
+        with this signature, named by the schedule)."""
 
     @abstractmethod
     def g_loss(self, batch: Batch, fake: tf.Tensor, inputs: Batch) -> tf.Tensor:

@@ -74,7 +74,7 @@ class UnconditionalTask(TfGanTask):
         return self.generator(inputs["z"], training=training)
 
     def d_loss(
-        self, batch: Batch, fake: tf.Tensor, inputs: Batch, part: str, gen: tf.random.Generator
+        self, batch: Batch, fake: tf.Tensor, inputs: Batch, gen: tf.random.Generator
     ) -> tf.Tensor:
         real = self.discriminator(batch["image"], training=True)
         fake_logit = self.discriminator(fake, training=True)

@@ -9,8 +9,9 @@ Conv3D 16 (5,6,6) same, LeakyReLU, Dropout 0.2, three Conv3D 8 (5,6,6) blocks (t
 two after ZeroPadding3D(0,0,1)) with BatchNorm, AveragePooling3D(2), Flatten; heads
 real/fake and energy, plus the ECAL sum and the measured angle computed from the image
 (pixel power 1/0.85). Loss weights [BCE, MAPE(E), MAE(angle), MAPE(ECAL)] = [3, 0.1, 25,
-0.1]; per iteration one D step on real and one on fake (fakes made with the generator in
-inference mode, labels 5 % flipped), then two G steps with fresh noise.
+0.1], labels 5 % flipped; per iteration the schedule `phases.GAN3D`, shared with the
+PyTorch backend: one D step on real, one on fake (fakes made with the generator in
+inference mode), then two G steps with fresh noise.
 
 Deliberate differences: the real/fake head gives a logit and the loss applies the
 sigmoid (the same function, numerically safe under mixed precision); `size: tiny` is a
@@ -28,6 +29,7 @@ from keras import layers
 
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.model_options import gan3d_latent_and_weights
+from kubegan_trainer.phases import GAN3D
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
     RngDropout,
@@ -144,10 +146,7 @@ def _mape(true: tf.Tensor, pred: tf.Tensor) -> tf.Tensor:
 
 class Gan3dTask(TfGanTask):
     data_kind = "showers"
-    d_parts = ("real", "fake")
-    g_steps = 2
-    fresh_g_inputs = True
-    d_fakes_training = False
+    schedule = GAN3D
 
     def __init__(
         self,
@@ -198,13 +197,24 @@ class Gan3dTask(TfGanTask):
         flip = gen.uniform([n]) < self.label_flip  # 3DGAN's BitFlip: 5 % of labels
         return tf.where(flip, 1.0 - target, target)
 
-    def d_loss(
-        self, batch: Batch, fake: tf.Tensor, inputs: Batch, part: str, gen: tf.random.Generator
+    def d_loss_real(
+        self, batch: Batch, fake: tf.Tensor, inputs: Batch, gen: tf.random.Generator
     ) -> tf.Tensor:
         n = tf.shape(batch["energy"])[0]
-        if part == "real":
-            return self._loss(self._heads(batch["image"]), self._flipped(1.0, n, gen), batch)
+        return self._loss(self._heads(batch["image"]), self._flipped(1.0, n, gen), batch)
+
+    def d_loss_fake(
+        self, batch: Batch, fake: tf.Tensor, inputs: Batch, gen: tf.random.Generator
+    ) -> tf.Tensor:
+        n = tf.shape(batch["energy"])[0]
         return self._loss(self._heads(fake), self._flipped(0.0, n, gen), batch)
+
+    def d_loss(
+        self, batch: Batch, fake: tf.Tensor, inputs: Batch, gen: tf.random.Generator
+    ) -> tf.Tensor:
+        return self.d_loss_real(batch, fake, inputs, gen) + self.d_loss_fake(
+            batch, fake, inputs, gen
+        )
 
     def g_loss(self, batch: Batch, fake: tf.Tensor, inputs: Batch) -> tf.Tensor:
         n = tf.shape(batch["energy"])[0]

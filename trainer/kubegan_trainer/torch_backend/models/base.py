@@ -1,8 +1,10 @@
 """What the training loop needs from a GAN: two networks and the losses that join them.
 
 The loop owns distribution, precision, accumulation and optimizers; a task only says how
-to draw generator inputs, generate, and score. Losses are computed in float32 even under
-autocast (logits are cast), the usual rule for numerically sensitive reductions.
+to draw generator inputs, generate, and score, and its `schedule`
+(kubegan_trainer.phases, shared with the TensorFlow backend) which loss method each
+optimizer update uses. Losses are computed in float32 even under autocast (logits are
+cast), the usual rule for numerically sensitive reductions.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from kubegan_trainer.model_options import option  # noqa: F401 - re-exported
+from kubegan_trainer.phases import STANDARD, Schedule
 
 Batch = dict[str, Tensor]
 
@@ -49,6 +52,7 @@ class GanTask(ABC):
     discriminator: nn.Module
     data_kind: str = "images"  # which Dataset kind it trains on
     spatial_dims: int = 2  # 2 or 3: which channels_last variant applies
+    schedule: Schedule = STANDARD
 
     @abstractmethod
     def generator_inputs(self, batch: Batch, rng: torch.Generator | None = None) -> Batch:

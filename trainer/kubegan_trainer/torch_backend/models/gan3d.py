@@ -6,11 +6,11 @@ energy-regression head, and two "heads" computed from the image itself: the ECAL
 and the incidence angle measured from the shower's barycentre trajectory. Loss weights
 [BCE, MAPE(energy), MAE(angle), MAPE(ECAL)] = [3, 0.1, 25, 0.1], 5 % label flipping.
 
-Differences from the Keras original, on purpose: one D update on real + fake (the
-original makes two) and one G update per iteration (the original makes two), so this
-model uses the same loop as the others; BatchNorm momentum 0.01 is PyTorch's spelling of
-Keras' 0.99. `size: tiny` is a small stand-in with the same inputs, outputs and heads
-(the TensorFlow backend's tiny model, layer for layer) for tests and CPU demos.
+Per iteration the schedule `phases.GAN3D`, the same in the TensorFlow backend: one D
+update on real, one on fake (made by the generator in inference mode), then two G
+updates with fresh noise. BatchNorm momentum 0.01 is PyTorch's spelling of Keras' 0.99.
+`size: tiny` is a small stand-in with the same inputs, outputs and heads (the TensorFlow
+backend's tiny model, layer for layer) for tests and CPU demos.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.model_options import gan3d_latent_and_weights
+from kubegan_trainer.phases import GAN3D
 from kubegan_trainer.torch_backend.models.base import Batch, GanTask, option, randn
 
 SHAPE = (51, 51, 25)
@@ -184,6 +185,7 @@ def _mape(pred: Tensor, true: Tensor) -> Tensor:
 class Gan3dTask(GanTask):
     data_kind = "showers"
     spatial_dims = 3
+    schedule = GAN3D
 
     def __init__(
         self,
@@ -218,8 +220,14 @@ class Gan3dTask(GanTask):
             + w[3] * _mape(ecal, batch["ecal"])
         )
 
+    def d_loss_real(self, d: nn.Module, batch: Batch, fake: Tensor, inputs: Batch) -> Tensor:
+        return self._loss(d(batch["image"]), 1.0, batch)
+
+    def d_loss_fake(self, d: nn.Module, batch: Batch, fake: Tensor, inputs: Batch) -> Tensor:
+        return self._loss(d(fake), 0.0, batch)
+
     def d_loss(self, d: nn.Module, batch: Batch, fake: Tensor, inputs: Batch) -> Tensor:
-        return self._loss(d(batch["image"]), 1.0, batch) + self._loss(d(fake), 0.0, batch)
+        return self.d_loss_real(d, batch, fake, inputs) + self.d_loss_fake(d, batch, fake, inputs)
 
     def g_loss(self, d: nn.Module, batch: Batch, fake: Tensor, inputs: Batch) -> Tensor:
         logit, energy, angle, ecal = d(fake)
