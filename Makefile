@@ -67,3 +67,10 @@ real-nodes-up: node-binaries ; REAL_NODES=$(REAL_NODES) bash hack/real-node-up.s
 real-nodes-down: ; bash hack/real-node-down.sh
 test-e2e: install
 	$(PY) -m pytest tests/e2e -q
+
+# --- images: the Dockerfile's targets built with buildkit, for the real nodes (hack/README.md) ---
+# Needs root. Archives and caches live in ~/.cache/kubegan/ (outside the repo).
+.PHONY: images load-images test-images
+images: ; bash hack/build-images.sh
+load-images: ; bash hack/load-images.sh
+test-images: ; bash hack/test-images.sh

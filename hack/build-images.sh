@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Dockerfile's images for the local cluster's real nodes (issue 10) with BuildKit,
-# without Docker or a registry, and export each one as an OCI archive for
-# hack/load-images.sh (`ctr images import`).
+# without Docker or a registry, into one OCI image layout directory that
+# hack/load-images.sh imports into the nodes' containerd (`ctr images import`).
 #
 #   hack/build-images.sh [TARGET...]     default: operator trainer-torch trainer-tf
 #
@@ -9,17 +9,18 @@
 # (hack/build-buildkit.sh, cached by version); the Python base image (hack/make-python-base.sh,
 # cached by its inputs); then a buildkitd started here (OCI worker, runc, overlayfs, host
 # network for RUN steps: only PyPI is reachable, no CNI needed), one `buildctl build` per
-# target, and the daemon stopped again. Its state, with the layer cache and pip's cache mount,
+# target, and the daemon stopped again. Its state, with the layer cache and uv's cache mount,
 # is in $KUBEGAN_BUILDKIT_DIR, outside the repo: it survives between runs and fresh clones.
 #
-# Images (name:tag)                      archive ($KUBEGAN_IMAGE_CACHE)
-#   kubegan.local/operator:dev            operator.oci.tar
-#   kubegan.local/trainer-torch:dev       trainer-torch.oci.tar
-#   kubegan.local/trainer-tf:dev          trainer-tf.oci.tar
-# Each archive's digest is in <target>.digest; the last run's sizes in sizes.txt.
+# Images (name:tag), all in the OCI layout $KUBEGAN_IMAGE_CACHE/oci/ (index.json names them):
+#   kubegan.local/operator:dev  kubegan.local/trainer-torch:dev  kubegan.local/trainer-tf:dev
+# A layout directory rather than tar files: an export after a code change writes only the new
+# small layer (sending a 3.4 GB tar took 90 s here); blobs no image uses any more are deleted.
+# `hack/load-images.sh --tar TARGET` writes one image as an OCI archive on stdout.
+# The last run's sizes are in $KUBEGAN_IMAGE_CACHE/sizes.txt.
 #
 # Environment:
-#   KUBEGAN_IMAGE_CACHE        archives and the base image (default ~/.cache/kubegan/images)
+#   KUBEGAN_IMAGE_CACHE        the OCI layout and the base image (default ~/.cache/kubegan/images)
 #   KUBEGAN_BUILDKIT_DIR       buildkitd root, config, log (default ~/.cache/kubegan/buildkit)
 #   KUBEGAN_IMAGE_REPO         name prefix (default kubegan.local)
 #   KUBEGAN_IMAGE_TAG          tag (default dev)
@@ -102,7 +103,6 @@ fi
 cleanup() {
   local rc=$?
   if [[ -n "$bk_pid" ]]; then stop_buildkitd "$bk_pid"; rm -f "$PIDFILE"; log "buildkitd stopped"; fi
-  rm -f "$IMAGES"/.*.oci.tar.tmp 2>/dev/null || true
   exit "$rc"
 }
 trap cleanup EXIT
@@ -125,6 +125,8 @@ root = "$BK_DIR/root"
   minFreeSpace = "8GB"
 [worker.containerd]
   enabled = false
+[cdi]
+  disabled = true
 TOML
 rm -f "$SOCK"
 echo "=== $(date -u +%FT%TZ) starting buildkitd" >>"$BK_LOG"
@@ -141,6 +143,9 @@ log "buildkitd $bk_pid up (root $BK_DIR/root, log $BK_LOG)"
 
 # ------------------------------------------------------------------ builds
 mkdir -p "$IMAGES/logs"
+LAYOUT="$IMAGES/oci"
+# Readers (load-images.sh) take this lock shared; exports and the blob cleanup take it exclusive.
+exec 7>"$IMAGES/.lock-oci"
 # The build steps that download (pip for uv itself, uv for the rest) trust what this machine
 # trusts: egress here goes through a TLS-intercepting proxy whose CA only the host's bundle
 # has. The Dockerfile mounts these optional secrets for those steps alone; no layer keeps them.
@@ -150,14 +155,13 @@ printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\ntimeout = %s\n' "${
 printf 'native-tls = true\n' >"$BK_DIR/uv.toml"
 SECRETS=(--secret "id=ca-certificates.crt,src=$CA_BUNDLE" --secret "id=pip.conf,src=$BK_DIR/pip.conf"
          --secret "id=uv.toml,src=$BK_DIR/uv.toml")
-declare -A BUILD_S EXPORT_NOTE
+declare -A BUILD_S
 for target in "${targets[@]}"; do
   name="$REPO/$target:$TAG"
-  archive="$IMAGES/$target.oci.tar"
-  tmp="$IMAGES/.$target.oci.tar.tmp"
   blog="$IMAGES/logs/build-$target.log"
   log "$target: building $name (log $blog)"
   t=$SECONDS
+  flock 7
   # cmdline: tells the built-in Dockerfile frontend not to fetch the `# syntax=` image (no
   # registry here); it understands everything the Dockerfile uses.
   # The base: PYTHON_IMAGE names it and a named context of that name points at the OCI layout.
@@ -168,38 +172,60 @@ for target in "${targets[@]}"; do
       --opt "context:$BASE_NAME=oci-layout://python-base@$BASE_DIGEST" \
       --oci-layout "python-base=$BASE_DIR" \
       "${SECRETS[@]}" \
-      --output "type=oci,name=$name,dest=$tmp,compression=$COMPRESSION,force-compression=true,oci-mediatypes=true" \
+      --output "type=oci,tar=false,dest=$LAYOUT,name=$name,compression=$COMPRESSION,force-compression=true,oci-mediatypes=true" \
       --metadata-file "$IMAGES/logs/metadata-$target.json" >"$blog" 2>&1; then
     tail -n 40 "$blog" >&2
     die "$target: buildctl build failed (log: $blog)"
   fi
-  mv -f "$tmp" "$archive"
-  jq -r '."containerimage.digest"' "$IMAGES/logs/metadata-$target.json" >"$IMAGES/$target.digest"
+  flock -u 7
   BUILD_S[$target]=$((SECONDS - t))
   steps="$(grep -cE '^#[0-9]+ \[' "$blog" || true)"; cached="$(grep -c ' CACHED$' "$blog" || true)"
-  log "$target: built and exported in ${BUILD_S[$target]} s ($cached of $steps steps cached) -> $archive"
+  log "$target: built and exported in ${BUILD_S[$target]} s ($cached of $steps steps cached)"
 done
 
+# Delete the blobs no image in index.json refers to (layers of earlier builds).
+flock 7
+keep="$(jq -r '.manifests[].digest' "$LAYOUT/index.json" | while read -r m; do
+          echo "${m#sha256:}"
+          jq -r '.config.digest, .layers[].digest' "$LAYOUT/blobs/sha256/${m#sha256:}" | sed 's/^sha256://'
+        done | sort -u)"
+removed=0
+for f in "$LAYOUT"/blobs/sha256/*; do
+  grep -qx "$(basename "$f")" <<<"$keep" || { rm -f "$f"; removed=$((removed + 1)); }
+done
+flock -u 7
+((removed == 0)) || log "removed $removed unused blob(s) from $LAYOUT"
+
 # ------------------------------------------------------------------ sizes
-# Uncompressed size = the layer tars' sizes (what a node's snapshots hold, roughly).
-layer_bytes() {  # layer_bytes <archive> <layer-digest> <media-type>
-  local cat_cmd=(cat)
-  case "$3" in *zstd) cat_cmd=(zstd -dcq) ;; *gzip) cat_cmd=(gzip -dc) ;; esac
-  tar -xOf "$1" "blobs/sha256/${2#sha256:}" | "${cat_cmd[@]}" | wc -c
+# Uncompressed size = the layer tars' sizes (what a node's snapshots hold, roughly). Counting
+# means decompressing, so each layer's size is remembered by digest.
+SIZES_DB="$IMAGES/layer-sizes.txt"
+touch "$SIZES_DB"
+layer_bytes() {  # layer_bytes <layer-digest> <media-type>
+  local n cat_cmd=(cat)
+  n="$(awk -v d="$1" '$1 == d {print $2; exit}' "$SIZES_DB")"
+  if [[ -z "$n" ]]; then
+    case "$2" in *zstd) cat_cmd=(zstd -dcq) ;; *gzip) cat_cmd=(gzip -dc) ;; esac
+    n="$("${cat_cmd[@]}" <"$LAYOUT/blobs/sha256/${1#sha256:}" | wc -c)"
+    echo "$1 $n" >>"$SIZES_DB"
+  fi
+  echo "$n"
 }
 {
-  printf '%-36s %10s %12s %7s  %s\n' IMAGE ARCHIVE UNCOMPRESSED LAYERS DIGEST
+  printf '%-34s %10s %12s %6s  %s\n' IMAGE COMPRESSED UNCOMPRESSED LAYERS MANIFEST
   for target in "${ALL_TARGETS[@]}"; do
-    archive="$IMAGES/$target.oci.tar"
-    [[ -f "$archive" ]] || continue
-    manifest="$(tar -xOf "$archive" index.json | jq -r '.manifests[0].digest')"
-    mjson="$(tar -xOf "$archive" "blobs/sha256/${manifest#sha256:}")"
+    name="$REPO/$target:$TAG"
+    manifest="$(jq -r --arg n "$name" \
+                '.manifests[] | select(.annotations["io.containerd.image.name"] == $n) | .digest' \
+                "$LAYOUT/index.json")"
+    [[ -n "$manifest" ]] || continue
+    mfile="$LAYOUT/blobs/sha256/${manifest#sha256:}"
     total=0; n=0
     while read -r d mt; do
-      total=$((total + $(layer_bytes "$archive" "$d" "$mt"))); n=$((n + 1))
-    done < <(jq -r '.layers[] | "\(.digest) \(.mediaType)"' <<<"$mjson")
-    printf '%-36s %10s %12s %7s  %s\n' "$REPO/$target:$TAG" "$(human "$(stat -c %s "$archive")")" \
+      total=$((total + $(layer_bytes "$d" "$mt"))); n=$((n + 1))
+    done < <(jq -r '.layers[] | "\(.digest) \(.mediaType)"' "$mfile")
+    printf '%-34s %10s %12s %6s  %s\n' "$name" "$(human "$(jq '[.layers[].size] | add' "$mfile")")" \
       "$(human "$total")" "$n" "${manifest:7:12}"
   done
 } | tee "$IMAGES/sizes.txt"
-log "done in $((SECONDS - T0)) s (base image: ${T_BASE} s; archives in $IMAGES; buildkit cache: $(du -sh "$BK_DIR/root" 2>/dev/null | cut -f1))"
+log "done in $((SECONDS - T0)) s (base image ${T_BASE} s; $LAYOUT $(du -sh "$LAYOUT" | cut -f1); buildkit state $(du -sh "$BK_DIR/root" 2>/dev/null | cut -f1))"

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Import the images made by hack/build-images.sh into the containerd of every running real
+# node (hack/real-node-up.sh), in the CRI's namespace k8s.io, so pods with
+# imagePullPolicy: Never (or IfNotPresent) find them. No registry involved.
+#
+#   hack/load-images.sh [TARGET...]      default: every image in the layout
+#                                        (operator trainer-torch trainer-tf)
+#   hack/load-images.sh --tar TARGET     write that image as an OCI archive to stdout
+#                                        (for `ctr images import`, `skopeo`, ...)
+#
+# A node that already has an image under the same name with the same manifest digest is
+# skipped for it; otherwise the image is streamed as an OCI archive (made on the fly from the
+# layout $KUBEGAN_IMAGE_CACHE/oci/) into `ctr images import -`, which writes only the blobs
+# the node lacks and unpacks only new layers (overlayfs snapshotter).
+#
+# Environment:
+#   KUBEGAN_IMAGE_CACHE         where build-images.sh put the layout (~/.cache/kubegan/images)
+#   KUBEGAN_IMAGE_REPO, KUBEGAN_IMAGE_TAG   as for build-images.sh (kubegan.local, dev)
+#   KUBEGAN_CONTAINERD_SOCKETS  space-separated containerd sockets to load into instead of the
+#                               real nodes' (e.g. a throwaway containerd for a test)
+#   KUBEGAN_CLUSTER_DIR         as for hack/real-node-up.sh (names and paths of the nodes)
+set -Eeuo pipefail
+trap 'echo "load-images.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+# shellcheck source=real-node-lib.sh
+source "$HACK_DIR/real-node-lib.sh"
+IMAGES="${KUBEGAN_IMAGE_CACHE:-$HOME/.cache/kubegan/images}"
+LAYOUT="$IMAGES/oci"
+REPO="${KUBEGAN_IMAGE_REPO:-kubegan.local}"
+TAG="${KUBEGAN_IMAGE_TAG:-dev}"
+ALL_TARGETS=(operator trainer-torch trainer-tf)
+
+log() { printf '[load-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[load-images] ERROR: %s\n' "$*" >&2; exit 1; }
+
+[[ -f "$LAYOUT/index.json" ]] || die "no images in $LAYOUT: run hack/build-images.sh (make images) first"
+# Shared lock: build-images.sh exports and deletes blobs under the exclusive one.
+exec 7>"$IMAGES/.lock-oci"
+flock -s 7
+
+descriptor() {  # descriptor <name>: its entry of index.json (JSON), or nothing
+  jq -c --arg n "$1" '.manifests[] | select(.annotations["io.containerd.image.name"] == $n)' \
+    "$LAYOUT/index.json"
+}
+
+# One image of the layout as an OCI archive on stdout: oci-layout, an index.json with only its
+# descriptor (name annotations included, which ctr uses as the image name), and its blobs.
+image_tar() {  # image_tar <name>
+  local desc m work blobs
+  desc="$(descriptor "$1")"; [[ -n "$desc" ]] || die "$1 is not in $LAYOUT/index.json"
+  m="$(jq -r .digest <<<"$desc")"
+  work="$(mktemp -d)"
+  jq -c '{schemaVersion: 2, mediaType: "application/vnd.oci.image.index.v1+json", manifests: [.]}' \
+    <<<"$desc" >"$work/index.json"
+  cp "$LAYOUT/oci-layout" "$work/oci-layout"
+  mapfile -t blobs < <({ echo "$m"; jq -r '.config.digest, .layers[].digest' "$LAYOUT/blobs/sha256/${m#sha256:}"; } \
+                        | sed 's|^sha256:|blobs/sha256/|' | sort -u)
+  tar -cf - -C "$work" oci-layout index.json -C "$LAYOUT" "${blobs[@]}"
+  rm -rf "$work"
+}
+
+if [[ "${1:-}" == --tar ]]; then
+  t="${2:?usage: $0 --tar TARGET > image.tar}"
+  [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || die "unknown target '$t' (one of: ${ALL_TARGETS[*]})"
+  [[ ! -t 1 ]] || die "stdout is a terminal; redirect it to a file"
+  image_tar "$REPO/$t:$TAG"
+  exit 0
+fi
+
+command -v ctr >/dev/null || die "ctr is missing (hack/build-node-binaries.sh installs containerd)"
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  for t in "${ALL_TARGETS[@]}"; do [[ -n "$(descriptor "$REPO/$t:$TAG")" ]] && targets+=("$t"); done
+  ((${#targets[@]})) || die "no $REPO/*:$TAG image in $LAYOUT: run hack/build-images.sh first"
+fi
+for t in "${targets[@]}"; do
+  [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || die "unknown target '$t' (one of: ${ALL_TARGETS[*]})"
+  [[ -n "$(descriptor "$REPO/$t:$TAG")" ]] || die "$REPO/$t:$TAG is not in $LAYOUT: run hack/build-images.sh $t"
+done
+
+# Sockets: given, or every real node's whose containerd answers (node dirs are
+# $RUN_ROOT/kubegan-real-<i>/, see real-node-lib.sh).
+sockets=()
+if [[ -n "${KUBEGAN_CONTAINERD_SOCKETS:-}" ]]; then
+  read -ra sockets <<<"$KUBEGAN_CONTAINERD_SOCKETS"
+else
+  for s in $(compgen -G "$RUN_ROOT/$(node_name '*')/containerd.sock" | sort -V); do
+    if ctr --address "$s" version >/dev/null 2>&1; then sockets+=("$s")
+    else log "skipping $s: containerd does not answer"; fi
+  done
+fi
+((${#sockets[@]})) || die "no running real node (make real-nodes-up) and no KUBEGAN_CONTAINERD_SOCKETS"
+
+node_digest() {  # node_digest <socket> <name>: the digest the node has under that name, or ""
+  ctr --address "$1" -n k8s.io images ls 2>/dev/null | awk -v n="$2" '$1 == n {print $3}'
+}
+
+T0=$SECONDS
+for t in "${targets[@]}"; do
+  name="$REPO/$t:$TAG"
+  digest="$(descriptor "$name" | jq -r .digest)"
+  for s in "${sockets[@]}"; do
+    node="$(basename "$(dirname "$s")")"
+    if [[ "$(node_digest "$s" "$name")" == "$digest" ]]; then
+      log "$node: $name already at ${digest:7:12}, skipped"; continue
+    fi
+    t1=$SECONDS
+    image_tar "$name" | ctr --address "$s" -n k8s.io images import - >/dev/null \
+      || die "$node: ctr images import of $name failed"
+    got="$(node_digest "$s" "$name")"
+    [[ "$got" == "$digest" ]] || die "$node: imported $name but it has digest '${got:-none}', want $digest"
+    log "$node: imported $name ${digest:7:12} in $((SECONDS - t1)) s"
+  done
+done
+log "done in $((SECONDS - T0)) s (${#targets[@]} image(s), ${#sockets[@]} node(s))"

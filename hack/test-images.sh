@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Smoke-test the images of hack/build-images.sh without the cluster: start a throwaway
+# containerd (own root, state and socket under $KUBEGAN_IMAGE_TEST_DIR, default
+# /tmp/kg-img-test), load the archives with hack/load-images.sh (twice: the second run must
+# skip every image), run each image's check as the image's own non-root user with a read-only
+# root filesystem, as the pods do, then stop containerd and remove everything it made.
+#
+#   hack/test-images.sh [TARGET...]     default: every archive present
+#
+# Checks: operator `kubegan --help`; trainer-torch `import kubegan_trainer, torch`;
+# trainer-tf `import kubegan_trainer, tensorflow`; each also prints `id -u`.
+set -Eeuo pipefail
+trap 'echo "test-images.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+IMAGES="${KUBEGAN_IMAGE_CACHE:-$HOME/.cache/kubegan/images}"
+DIR="${KUBEGAN_IMAGE_TEST_DIR:-/tmp/kg-img-test}"
+SOCK="$DIR/containerd.sock"
+CGROUP_PARENT="kg-img-test"            # /sys/fs/cgroup/<controller>/kg-img-test/<container>
+ALL_TARGETS=(operator trainer-torch trainer-tf)
+
+log() { printf '[test-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[test-images] ERROR: %s\n' "$*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "needs root (containerd, runc)"
+command -v containerd >/dev/null || die "containerd is missing (hack/build-node-binaries.sh installs it)"
+
+REPO="${KUBEGAN_IMAGE_REPO:-kubegan.local}"
+TAG="${KUBEGAN_IMAGE_TAG:-dev}"
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  for t in "${ALL_TARGETS[@]}"; do
+    grep -q "\"$REPO/$t:$TAG\"" "$IMAGES/oci/index.json" 2>/dev/null && targets+=("$t")
+  done
+fi
+((${#targets[@]})) || die "no images in $IMAGES/oci: run hack/build-images.sh first"
+
+ctr_() { ctr --address "$SOCK" -n k8s.io "$@"; }
+cd_pid=""
+cleanup() {
+  local rc=$? c m
+  if [[ -n "$cd_pid" ]]; then
+    for c in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s KILL "$c" >/dev/null 2>&1 || true; done
+    kill -TERM "$cd_pid" 2>/dev/null || true
+    for _ in $(seq 40); do kill -0 "$cd_pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL "$cd_pid" 2>/dev/null || true
+    wait "$cd_pid" 2>/dev/null || true
+  fi
+  # Mounts left under the dir (snapshots, shim rootfs), deepest first; then the cgroups.
+  for m in $(awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
+    umount -l "$m" 2>/dev/null || true
+  done
+  for c in /sys/fs/cgroup/*/"$CGROUP_PARENT"; do
+    [[ -d "$c" ]] || continue
+    find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  rm -rf "$DIR"
+  if ((rc == 0)); then log "throwaway containerd stopped, $DIR removed"
+  else log "FAILED (rc $rc); throwaway containerd stopped, $DIR removed"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+[[ ! -e "$DIR" ]] || die "$DIR exists (another test running, or left over: remove it)"
+mkdir -p "$DIR"/{root,state,opt}
+cat >"$DIR/config.toml" <<TOML
+# throwaway containerd for hack/test-images.sh: no CRI, its own root/state/socket
+version = 2
+root = "$DIR/root"
+state = "$DIR/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$SOCK.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$DIR/opt"
+TOML
+setsid containerd --config "$DIR/config.toml" >"$DIR/containerd.log" 2>&1 </dev/null &
+cd_pid=$!
+for _ in $(seq 60); do ctr --address "$SOCK" version >/dev/null 2>&1 && break; sleep 0.25; done
+ctr --address "$SOCK" version >/dev/null 2>&1 || { tail -n 20 "$DIR/containerd.log" >&2; die "containerd did not start"; }
+log "throwaway containerd $(containerd --version | awk '{print $3}') up: $SOCK"
+
+t=$SECONDS
+KUBEGAN_CONTAINERD_SOCKETS="$SOCK" bash "$HACK_DIR/load-images.sh" "${targets[@]}"
+log "first load: $((SECONDS - t)) s"
+t=$SECONDS
+out="$(KUBEGAN_CONTAINERD_SOCKETS="$SOCK" bash "$HACK_DIR/load-images.sh" "${targets[@]}" 2>&1)"
+printf '%s\n' "$out" >&2
+[[ "$(grep -c 'skipped$' <<<"$out")" == "${#targets[@]}" ]] || die "second load did not skip every image"
+log "second load (all skipped): $((SECONDS - t)) s"
+
+# Each check runs as the image's USER (ctr applies the image config), read-only rootfs, no
+# network, HOME=/tmp as in the image; a tmpfs on /tmp like the pods' emptyDir.
+run_check() {  # run_check <target> <expected uid> <command...>
+  local target="$1" uid="$2" name id out; shift 2
+  name="$REPO/$target:$TAG"
+  id="kg-img-test-$target"
+  t=$SECONDS
+  out="$(ctr_ run --rm --read-only --cgroup "/$CGROUP_PARENT/$id" \
+           --mount type=tmpfs,src=tmpfs,dst=/tmp,options=rw:nosuid:nodev:mode=1777 \
+           "$name" "$id" sh -c 'echo "uid=$(id -u)"; exec "$@"' sh "$@" 2>&1)" \
+    || { printf '%s\n' "$out" >&2; die "$target: check failed: $*"; }
+  printf '%s\n' "$out" | sed "s/^/  [$target] /" >&2
+  grep -qx "uid=$uid" <<<"$out" || die "$target: ran as $(head -n1 <<<"$out"), want uid=$uid"
+  log "$target: ok as uid $uid in $((SECONDS - t)) s"
+}
+for target in "${targets[@]}"; do
+  case "$target" in
+    operator) run_check operator 65532 kubegan --help ;;
+    trainer-torch) run_check trainer-torch 1000 python -c \
+      'import kubegan_trainer, torch; print("torch", torch.__version__, "cuda build", torch.version.cuda)' ;;
+    trainer-tf) run_check trainer-tf 1000 python -c \
+      'import kubegan_trainer, tensorflow as tf; print("tensorflow", tf.__version__)' ;;
+  esac
+done
+log "all checks passed"
