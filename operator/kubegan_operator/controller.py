@@ -85,7 +85,7 @@ class Controller:
         namespaces: list[str] | None = None,
         *,
         read_progress: bool = True,
-        workers: int = 8,
+        workers: int = 16,
     ) -> None:
         self.read_progress = read_progress
         self.kube = kube
@@ -95,7 +95,9 @@ class Controller:
         self.queue: WorkQueue[cache.JobKey] = WorkQueue()
         self.expectations = cache.Expectations()
         self.view: cache.View | None = None
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kubegan-api")
+        # Two threads per worker: a gang's creates go out at once.
+        self._executor = ThreadPoolExecutor(2 * workers, thread_name_prefix="kubegan-api")
+        self._event_executor = ThreadPoolExecutor(2, thread_name_prefix="kubegan-events")
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}
         self._progress: dict[cache.JobKey, tuple[float, TrainerProgress]] = {}
         self._errors: dict[cache.JobKey, int] = {}
@@ -134,6 +136,7 @@ class Controller:
         self._tasks = []
         metrics.LEADER.set(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._event_executor.shutdown(wait=False, cancel_futures=True)
 
     # ---- triggers (kopf event handlers call these; no API calls) ------------------------------
 
@@ -261,7 +264,7 @@ class Controller:
         )
         # Before anything is awaited: the next plan on this loop counts these workers.
         self._expect(key, d)
-        written = await self._run(self._apply, key, job, pods, d, now)
+        written = await self._apply(key, job, pods, d, now)
         if written is not None:
             self.expectations.of(key).written = written
         delays = [d.requeue_after, view.grace_left((_node(p) for p in pods), now)]
@@ -284,9 +287,9 @@ class Controller:
         for pod, _force in d.delete_pods:
             self.expectations.expect(key, pod, "gone")
 
-    # ---- the blocking parts, in the API thread pool -----------------------------------------
+    # ---- the API calls, in the thread pool ----------------------------------------------------
 
-    def _apply(
+    async def _apply(
         self,
         key: cache.JobKey,
         job: dict[str, Any],
@@ -294,47 +297,71 @@ class Controller:
         d: Decision,
         now: datetime,
     ) -> dict[str, Any] | None:
-        """Carry out a decision; the job as the last status write returned it."""
+        """Carry out a decision; the job as the last status write returned it. Requests of
+        one kind go out together: each is a round trip, and a busy apiserver makes a gang's
+        creates one after another cost seconds."""
         namespace, name = key
         old_status = job.get("status") or {}
         written = None
         # Status first: a restart's counters and new attempt are recorded before any pod of
         # the old gang is deleted, so an operator dying in between neither loses nor repeats it.
         if d.status is not None:
-            written = self.kube.patch_status(
-                namespace, name, old_status, d.status, job["metadata"].get("resourceVersion")
+            rv = job["metadata"].get("resourceVersion")
+            written = await self._run(
+                self.kube.patch_status, namespace, name, old_status, d.status, rv
             )
         try:
-            for obj in d.create:
-                self.kube.create(obj)
+            await self._all(self.kube.create, [(obj,) for obj in d.create])
         except ApiException as err:
             if err.status not in (400, 422):
                 raise
-            # The apiserver refused what the spec asked for (a field the CRD schema cannot
-            # check): the job cannot run as written. Say so instead of retrying forever.
-            message = f"the apiserver refused a worker: {_api_message(err)}"
-            current = d.status or old_status
-            failed = failed_status(current, "InvalidSpec", message, now)
-            written = self.kube.patch_status(namespace, name, current, failed)
-            self.kube.event(job, "Warning", "InvalidSpec", message)
-            created = [o["metadata"]["name"] for o in d.create if o.get("kind") == "Pod"]
-            for pod in dict.fromkeys([*(_name(p) for p in pods), *created]):
-                self.kube.delete_pod(namespace, pod, False)
-            return written
-        for pod in d.lift_gates:
-            self.kube.lift_gates(namespace, pod)
-        for pod, force in d.delete_pods:
-            self.kube.delete_pod(namespace, pod, force)
+            return await self._run(self._refused, key, job, pods, d, now, err)
+        await self._all(self.kube.lift_gates, [(namespace, pod) for pod in d.lift_gates])
+        await self._all(
+            self.kube.delete_pod, [(namespace, pod, force) for pod, force in d.delete_pods]
+        )
         for type_, reason, message in d.events:
-            self.kube.event(job, type_, reason, message)
+            # Best effort and never waited for (kube.event logs its own failures).
+            self._event_executor.submit(self.kube.event, job, type_, reason, message)
         if d.time_to_running is not None:
             metrics.TIME_TO_RUNNING.labels(ganjob=name, namespace=namespace).observe(
                 d.time_to_running
             )
         metrics.observe_job(namespace, name, d.status or old_status)
         if d.delete_job:
-            self.kube.delete_job(namespace, name)
+            await self._run(self.kube.delete_job, namespace, name)
             metrics.forget_job(namespace, name)
+        return written
+
+    async def _all(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> None:
+        """`fn(*args)` for every args at once; the first error, once all have ended."""
+        results = await asyncio.gather(
+            *(self._run(fn, *args) for args in calls), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    def _refused(
+        self,
+        key: cache.JobKey,
+        job: dict[str, Any],
+        pods: list[dict[str, Any]],
+        d: Decision,
+        now: datetime,
+        err: ApiException,
+    ) -> dict[str, Any]:
+        """The apiserver refused what the spec asked for (a field the CRD schema cannot
+        check): the job cannot run as written. Say so instead of retrying forever."""
+        namespace, name = key
+        message = f"the apiserver refused a worker: {_api_message(err)}"
+        current = d.status or job.get("status") or {}
+        failed = failed_status(current, "InvalidSpec", message, now)
+        written = self.kube.patch_status(namespace, name, current, failed)
+        self.kube.event(job, "Warning", "InvalidSpec", message)
+        created = [o["metadata"]["name"] for o in d.create if o.get("kind") == "Pod"]
+        for pod in dict.fromkeys([*(_name(p) for p in pods), *created]):
+            self.kube.delete_pod(namespace, pod, False)
         return written
 
     def _read_progress(

@@ -19,7 +19,7 @@ class Kube:
         config.load_config()
         cfg = client.Configuration.get_default_copy()
         # One connection per API thread (controller.Controller's pool), none waiting for another.
-        cfg.connection_pool_maxsize = 16
+        cfg.connection_pool_maxsize = 40
         self.api = client.ApiClient(cfg)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
