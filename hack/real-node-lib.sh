@@ -26,6 +26,9 @@ netns_name() { echo "kg-real-$1"; }
 node_ip() { echo "10.246.0.$((10 + $1))"; }
 pod_cidr() { echo "10.245.$1.0/24"; }          # pod CIDRs 10.245.<i>.0/24
 node_dir() { echo "$STATE_ROOT/$(node_name "$1")"; }
+# A containerd root with the images of hack/build-images.sh (hack/seed-node-images.sh); new
+# nodes get hard links to it.
+NODE_IMAGE_STORE="${KUBEGAN_NODE_IMAGE_STORE:-$HOME/.cache/kubegan/node-image-store}"
 node_run_dir() { echo "$RUN_ROOT/$(node_name "$1")"; }
 
 kubectl() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }

@@ -468,6 +468,28 @@ node_labels() {  # GKE spot CPU pool, plus kubegan.io/real-node=true
   echo "cloud.google.com/gke-nodepool=real-spot,cloud.google.com/gke-spot=true,cloud.google.com/gke-provisioning=spot,cloud.google.com/machine-family=e2,node.kubernetes.io/instance-type=e2-standard-2,topology.kubernetes.io/region=us-central1,topology.kubernetes.io/zone=us-central1-a,kubegan.io/real-node=true"
 }
 
+seed_images() {  # seed_images <containerd root>: a new node's root from the node image store
+  local root="$1" store="$NODE_IMAGE_STORE/root" db
+  [[ -e "$store/io.containerd.metadata.v1.bolt/meta.db" ]] || return 0
+  [[ ! -e "$root/io.containerd.metadata.v1.bolt/meta.db" ]] || return 0   # not a new node
+  exec 8>"$NODE_IMAGE_STORE.lock"; flock -s 8   # not while seed-node-images.sh writes
+  rm -rf "$root"
+  if cp -al "$store" "$root" 2>/dev/null; then
+    # Bolt databases are rewritten in place: each node its own copy. Blobs and unpacked layers
+    # are never written after they are committed, so the nodes may share them.
+    for db in io.containerd.metadata.v1.bolt/meta.db io.containerd.snapshotter.v1.overlayfs/metadata.db; do
+      [[ -e "$store/$db" ]] || continue
+      rm -f "$root/$db"; cp "$store/$db" "$root/$db"
+    done
+    rm -rf "$root/io.containerd.grpc.v1.introspection"   # its uuid: one per containerd
+    log "  containerd root seeded from the node image store (hard links)"
+  else
+    rm -rf "$root"; mkdir -p "$root"
+    log "  cannot hard-link $store into $root (another filesystem?): use make load-images"
+  fi
+  flock -u 8
+}
+
 start_node() {  # start_node <i>
   local i="$1" node ns dir run
   node="$(node_name "$i")"; ns="$(netns_name "$i")"; dir="$(node_dir "$i")"; run="$(node_run_dir "$i")"
@@ -475,6 +497,7 @@ start_node() {  # start_node <i>
   setup_cgroups "$node"
   write_node_configs "$i"
   if ! pid_alive "containerd-$node"; then
+    seed_images "$dir/containerd"
     start_proc "containerd-$node" nsenter --net="/run/netns/$ns" containerd --config "$dir/containerd.toml"
   fi
   wait_until "containerd of $node" ctr --address "$run/containerd.sock" version
