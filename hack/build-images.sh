@@ -27,7 +27,9 @@
 #   KUBEGAN_TF_EXTRA           the Dockerfile's TF_EXTRA (default empty: no CUDA wheels for
 #                              TensorFlow here; the Dockerfile's own default is and-cuda)
 #   KUBEGAN_IMAGE_COMPRESSION  layer compression: zstd (default), gzip or uncompressed
-#   KUBEGAN_BUILDKIT_MAX_USED  buildkit's cache cap (default 60GB; GC keeps at least 30GB)
+#   KUBEGAN_BUILDKIT_MAX_USED  buildkit's cache cap (default 40GB; its GC keeps at least 25GB,
+#                              about what the three images' layers take)
+#   KUBEGAN_KEEP_UV_CACHE=1    keep uv's download cache mount (pruned after each run otherwise)
 #   KUBEGAN_NICE               niceness of buildkitd and its builds (default 10)
 #   KUBEGAN_PIP_CA             CA bundle for pip/uv in the build steps (default $PIP_CERT,
 #                              $SSL_CERT_FILE or /etc/ssl/certs/ca-certificates.crt)
@@ -42,7 +44,7 @@ REPO="${KUBEGAN_IMAGE_REPO:-kubegan.local}"
 TAG="${KUBEGAN_IMAGE_TAG:-dev}"
 TF_EXTRA="${KUBEGAN_TF_EXTRA:-}"
 COMPRESSION="${KUBEGAN_IMAGE_COMPRESSION:-zstd}"
-MAX_USED="${KUBEGAN_BUILDKIT_MAX_USED:-60GB}"
+MAX_USED="${KUBEGAN_BUILDKIT_MAX_USED:-40GB}"
 NICE="${KUBEGAN_NICE:-10}"
 ALL_TARGETS=(operator trainer-torch trainer-tf)
 BASE_NAME=kubegan.local/python-base:3.11-bookworm   # = IMAGE_NAME in make-python-base.sh
@@ -120,9 +122,9 @@ root = "$BK_DIR/root"
   binary = "$RUNC"
   networkMode = "host"
   gc = true
-  reservedSpace = "30GB"
+  reservedSpace = "25GB"
   maxUsedSpace = "$MAX_USED"
-  minFreeSpace = "8GB"
+  minFreeSpace = "10GB"
 [worker.containerd]
   enabled = false
 [cdi]
@@ -182,6 +184,13 @@ for target in "${targets[@]}"; do
   steps="$(grep -cE '^#[0-9]+ \[' "$blog" || true)"; cached="$(grep -c ' CACHED$' "$blog" || true)"
   log "$target: built and exported in ${BUILD_S[$target]} s ($cached of $steps steps cached)"
 done
+
+# uv's download cache (a cache mount, ~9 GB of unpacked wheels with torch) only helps when the
+# pins change; on a shared disk it is dropped after each run unless asked to keep it.
+if [[ "${KUBEGAN_KEEP_UV_CACHE:-0}" != 1 ]]; then
+  "$BUILDCTL" --addr "unix://$SOCK" prune --filter type==exec.cachemount >/dev/null \
+    || log "could not prune buildkit's cache mounts (ignored)"
+fi
 
 # Delete the blobs no image in index.json refers to (layers of earlier builds).
 flock 7
