@@ -48,9 +48,10 @@ MAX_USED="${KUBEGAN_BUILDKIT_MAX_USED:-40GB}"
 NICE="${KUBEGAN_NICE:-10}"
 ALL_TARGETS=(operator trainer-torch trainer-tf)
 BASE_NAME=kubegan.local/python-base:3.11-bookworm   # = IMAGE_NAME in make-python-base.sh
-# The socket lives under /run: a path under a long $HOME could pass the 108-byte limit.
+# The socket lives under /run (a path under a long $HOME could pass the 108-byte limit), named
+# after the state dir so that two state dirs never share one.
 SOCK_DIR="/run/kubegan-buildkit"
-SOCK="$SOCK_DIR/buildkitd.sock"
+SOCK="$SOCK_DIR/$(printf '%s' "$BK_DIR" | sha256sum | cut -c1-12).sock"
 
 log() { printf '[build-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
