@@ -26,7 +26,8 @@ $(VENV)/.installed: pyproject.toml
 	PYTHONDONTWRITEBYTECODE= $(PY) hack/warm-bytecode.py
 	touch $@
 
-test: install
+# Every tier, the e2e one included: it runs the images `make images` builds on real nodes.
+test: install images
 	$(PY) -m pytest tests -q --durations=15
 
 test-unit: $(VENV)/.installed
@@ -65,8 +66,8 @@ cluster-down:
 node-binaries: ; bash hack/build-node-binaries.sh
 real-nodes-up: node-binaries ; REAL_NODES=$(REAL_NODES) bash hack/real-node-up.sh
 real-nodes-down: ; bash hack/real-node-down.sh
-test-e2e: install
-	$(PY) -m pytest tests/e2e -q
+test-e2e: install images
+	$(PY) -m pytest tests/e2e -q --durations=10
 
 # --- images: the Dockerfile's targets built with buildkit, for the real nodes (hack/README.md) ---
 # Needs root. Archives and caches live in ~/.cache/kubegan/ (outside the repo).
