@@ -285,17 +285,20 @@ class View:
         return {(u.namespace, u.job) for u in self.usage.get(node) or () if u.job}
 
     def waiting_jobs(self) -> set[JobKey]:
-        """Jobs that wait for capacity: not placed yet, or told Unschedulable."""
+        """Jobs that found no placement (Unschedulable, NoFit): only new capacity helps them.
+        A gang waiting for the scheduler, or for its old gang to go, is not one of them: its
+        own pods' events and timers bring it back, and re-planning it would change nothing."""
         out = set()
         for key, store in self.jobs.items():
             status = (_one(store) or {}).get("status") or {}
             if status.get("phase") in ("Succeeded", "Failed", "Suspended"):
                 continue
-            unschedulable = any(
-                c.get("type") == "Unschedulable" and c.get("status") == "True"
+            if any(
+                c.get("type") == "Unschedulable"
+                and c.get("status") == "True"
+                and c.get("reason") == "NoFit"
                 for c in status.get("conditions") or []
-            )
-            if unschedulable or status.get("phase") in (None, "Pending", "Restarting"):
+            ):
                 out.add(key)
         return out
 

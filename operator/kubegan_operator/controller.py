@@ -6,13 +6,13 @@ State flows one way:
    pods, jobs and the jobs' Services and ConfigMaps (cache.py), updated by every event.
 2. **Events -> queue.** Event handlers only add job keys to one `WorkQueue`: a job's own
    events and its pods' queue that job; a node whose placement-relevant state changed (not a
-   heartbeat) queues the jobs with workers on it and the jobs waiting for capacity; a pod
-   that frees capacity queues the waiting jobs.
+   heartbeat) queues the jobs with workers on it and, if it may offer new capacity, the
+   jobs that found no placement; a pod that frees capacity queues those too.
 3. **Queue -> reconcile.** Workers take one due job at a time, build its inputs from the
    indexes (no API read), and run the pure `reconcile()` steps on kopf's event loop, so
    plans are made one at a time against one inventory.
 4. **Decision -> actions.** Status first (over the resourceVersion it was computed from),
-   then creates, gate lifts, deletes and events, in a thread; what was written is
+   then creates, gate lifts, deletes (each kind at once) and events, in threads; what was written is
    remembered until the watch shows it (cache.Expectations). `requeue_after` and the
    controller's own clocks (NotReady grace, trainer progress) put the job back in the queue
    when time alone will change something.
@@ -56,7 +56,7 @@ PROGRESS_SECONDS = 15.0
 # missed. It reads only the indexes, and a job with nothing to do writes nothing.
 RESYNC_SECONDS = 300.0
 # When capacity frees up, waiting jobs are queued this much later, so a burst of pod
-# deletions (a whole gang going) makes one re-plan, not one per pod.
+# deletions (a whole gang going) or of nodes coming back makes one re-plan, not one each.
 CAPACITY_SETTLE_SECONDS = 1.0
 # Pods outside the watched namespaces (only with --namespace) are listed at most this often,
 # and only when a job is about to be planned.
@@ -154,19 +154,28 @@ class Controller:
             self._queue_waiting(CAPACITY_SETTLE_SECONDS)
 
     def node_event(self, event_type: str, body: Mapping[str, Any]) -> bool:
-        """Queue the jobs a node change can affect; False (nothing queued) for a heartbeat."""
+        """Queue the jobs a node change can affect; False (nothing queued) for a heartbeat.
+        The jobs with a worker on the node, always; the jobs that found no placement only
+        when the node may offer capacity it did not before (new, Ready again, uncordoned,
+        other allocatable, labels or taints): a node going NotReady or away gives none, and
+        with hundreds of nodes flapping, re-planning every waiting job each time would be
+        all the operator does."""
         name = (body.get("metadata") or {}).get("name", "")
+        old = self._nodes_seen.get(name)
         if event_type == "DELETED":
             self._nodes_seen.pop(name, None)
+            more_capacity = False
         else:
             key = cache.index_node(body)[name].key
-            if self._nodes_seen.get(name) == key:
+            if old == key:
                 return False
             self._nodes_seen[name] = key
+            more_capacity = old is None or _more_capacity(old, key)
         if self.view is not None:
             for job in self.view.jobs_on(name):
                 self.queue.add(job)
-        self._queue_waiting(0.0)
+        if more_capacity:
+            self._queue_waiting(CAPACITY_SETTLE_SECONDS)
         return True
 
     def _queue_waiting(self, delay: float) -> None:
@@ -412,6 +421,13 @@ class Controller:
             )
         except Exception:
             log.warning("could not report the error on %s/%s", *key)
+
+
+def _more_capacity(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
+    """Whether a node's change (cache.NodeEntry.key: ready, cordoned, allocatable, labels,
+    taints) may let a job fit that did not: anything but losing readiness or being cordoned."""
+    (was_ready, was_cordoned, *was), (ready, cordoned, *now) = old, new
+    return (ready and not was_ready) or (was_cordoned and not cordoned) or was != now
 
 
 def _crashed(task: asyncio.Task[None]) -> None:

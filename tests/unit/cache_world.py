@@ -77,7 +77,9 @@ class Indexes:
 def job_body(
     name: str, phase: str = "Pending", unschedulable: bool = False, rv: str = "1"
 ) -> dict[str, Any]:
-    conditions = [{"type": "Unschedulable", "status": "True"}] if unschedulable else []
+    conditions = (
+        [{"type": "Unschedulable", "status": "True", "reason": "NoFit"}] if unschedulable else []
+    )
     return {
         "apiVersion": "kubegan.io/v1alpha1",
         "kind": "GANTrainingJob",

@@ -39,7 +39,7 @@ def node(heartbeat: str = "2026-11-23T12:00:00Z", rv: str = "1", name: str = "n0
 
 class World:
     """A Controller over in-memory indexes: jobs `run` (a worker on n0), `other` (a worker on
-    n1) and `wait` (Pending, Unschedulable)."""
+    n1) and `wait` (Pending, Unschedulable: no placement)."""
 
     def __init__(self) -> None:
         self.idx = Indexes()
@@ -75,7 +75,7 @@ def world() -> World:
 
 def test_a_heartbeat_reconciles_nothing(world: World) -> None:
     world.send("ADDED", node())
-    # a new node: the jobs on it and the jobs waiting for capacity
+    # a new node: the jobs on it and the jobs that found no placement
     assert world.queued() == {"run", "wait"}
     for i in range(10):
         world.send("MODIFIED", node(heartbeat=f"2026-11-23T12:0{i}:10Z", rv=str(i + 2)))
@@ -83,35 +83,52 @@ def test_a_heartbeat_reconciles_nothing(world: World) -> None:
 
 
 @pytest.mark.parametrize(
-    "change",
+    ("change", "queued"),
     [
-        lambda n: n["status"]["conditions"][0].update(status="False"),  # NotReady
-        lambda n: n["spec"].update(unschedulable=True),  # cordoned
-        lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "4"}),  # a GPU fell off
-        lambda n: n["metadata"]["labels"].update({"cloud.google.com/gke-spot": "true"}),
-        lambda n: n["spec"].update(taints=[]),
+        # Capacity goes: only the job with a worker there (its worker is disrupted).
+        (lambda n: n["status"]["conditions"][0].update(status="False"), {"run"}),  # NotReady
+        (lambda n: n["spec"].update(unschedulable=True), {"run"}),  # cordoned
+        # Capacity may come: the job that found no placement may fit now, too.
+        (lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "4"}), {"run", "wait"}),
+        (
+            lambda n: n["metadata"]["labels"].update({"cloud.google.com/gke-spot": "true"}),
+            {"run", "wait"},
+        ),
+        (lambda n: n["spec"].update(taints=[]), {"run", "wait"}),
     ],
     ids=["not-ready", "cordoned", "allocatable", "label", "taint"],
 )
 def test_a_change_placement_sees_queues_only_the_jobs_it_affects(
-    world: World, change: Callable[[dict[str, Any]], None]
+    world: World, change: Callable[[dict[str, Any]], None], queued: set[str]
 ) -> None:
     world.send("ADDED", node())
     world.queued()
     changed = copy.deepcopy(node(rv="2"))
     change(changed)
     world.send("MODIFIED", changed)
-    # its own worker's job and the waiting one; not `other`, whose worker is on n1
-    assert world.queued() == {"run", "wait"}
+    # never `other`, whose worker is on n1
+    assert world.queued() == queued
     world.send("MODIFIED", changed)  # the same state again (a heartbeat after the change)
     assert world.queued() == set()
+    world.send("MODIFIED", node(rv="3"))  # back as it was: capacity may have come back
+    assert world.queued() == {"run", "wait"}
 
 
-def test_a_deleted_node_queues_its_jobs(world: World) -> None:
+def test_a_deleted_node_queues_the_jobs_on_it(world: World) -> None:
     world.send("ADDED", node())
     world.queued()
     world.send("DELETED", node())
-    assert world.queued() == {"run", "wait"}
+    assert world.queued() == {"run"}
+
+
+def test_only_jobs_that_found_no_placement_wait_for_capacity(world: World) -> None:
+    # A gang released and waiting for the scheduler is not re-planned by node events.
+    world.idx.add_job(
+        {**job_body("gated", phase="Pending"), "status": {"phase": "Pending", "conditions": [
+            {"type": "Unschedulable", "status": "True", "reason": "SchedulerWaiting"}]}}
+    )  # fmt: skip
+    world.send("ADDED", node(name="n9"))
+    assert world.queued() == {"wait"}
 
 
 def test_pod_events_queue_their_job_and_freed_capacity_the_waiting_ones(world: World) -> None:
