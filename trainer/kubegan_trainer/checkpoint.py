@@ -14,7 +14,8 @@ damaged after the fact (a bad disk, a truncated copy); discovery then falls back
 previous one with a warning and moves the damaged one to `corrupt/` (never deleted: it is
 evidence, and maybe recoverable). Pruning deletes only intact checkpoints older than the
 newest `keep` intact ones, so a good checkpoint is never removed before a newer good one
-exists. Backends only fill a folder with files.
+exists. Backends only fill a folder with files: PyTorch one `state.pt`, TensorFlow the
+files of `tf.train.Checkpoint.write`; the contract above is the same for both.
 """
 
 from __future__ import annotations
@@ -73,12 +74,20 @@ def checkpoint_name(pos: Position) -> str:
 class CheckpointStore:
     """Writes, lists, validates and prunes checkpoints in one directory."""
 
-    def __init__(self, root: Path, keep: int, warn: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        keep: int,
+        warn: Callable[[str], None] | None = None,
+        writer: bool = True,
+    ) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
         self.root = Path(root)
         self.keep = keep
         self._warn = warn or log.warning
+        # Several processes may read one directory (TF workers); one of them changes it.
+        self.writer = writer
         self._good: set[str] = set()  # names verified intact (written or checked) by us
 
     # ---- writing -------------------------------------------------------------------
@@ -169,7 +178,7 @@ class CheckpointStore:
             why = self.validate(ref)
             if why is None:
                 self._good.add(ref.name)
-                for bad, bad_why in problems:
+                for bad, bad_why in problems if self.writer else ():
                     self._warn(
                         f"checkpoint {bad.name} is unreadable ({bad_why}); "
                         f"falling back to {ref.name}"

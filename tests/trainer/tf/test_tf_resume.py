@@ -48,7 +48,7 @@ def test_single_worker_sigterm_mid_epoch_then_resume_is_exact(tmp_path: Path) ->
         signal.signal(signal.SIGTERM, previous)
     stopped_after = len(seen_b)
     assert 0 < stopped_after < 5  # stopped inside the first epoch
-    manifests = sorted((tmp_path / "b" / "checkpoints").glob("*.manifest.json"))
+    manifests = sorted((tmp_path / "b" / "checkpoints").glob("ckpt-*/manifest.json"))
     saved = json.loads(manifests[-1].read_text())
     assert (saved["epoch"], saved["step"]) == (0, stopped_after)
     c = trainer(cfg, tmp_path / "b", record(seen_b))
@@ -94,7 +94,7 @@ def test_multi_worker_sigterm_then_resume_continues_at_saved_step(
     # Worker 1 gets SIGTERM after its 2nd step: both workers agree to stop, checkpoint, exit.
     first = run_workers(_cfg(), out, workers=2, extra_env={"KUBEGAN_TEST_SIGTERM_AT": "1:2"})
     assert first.codes == [EXIT_INTERRUPTED, EXIT_INTERRUPTED], first.logs
-    saved = json.loads(sorted((out / "checkpoints").glob("*.manifest.json"))[-1].read_text())
+    saved = json.loads(sorted((out / "checkpoints").glob("ckpt-*/manifest.json"))[-1].read_text())
     assert saved["epoch"] == 0 and 0 < saved["step"] < 4
     stopped = [len(first.trace(w)) for w in (0, 1)]
     assert stopped == [saved["step"], saved["step"]]

@@ -7,10 +7,12 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
 
 from tests.trainer.tf.tfutil import run_workers, tf_config, trainer
@@ -24,39 +26,40 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _plant(directory: Path, marker: Path) -> str:
+def _plant(directory: Path, marker: Path) -> Path:
     """A checkpoint whose files are pickles with a matching manifest (a checksum is not a
     signature: whoever can write the volume can write both)."""
-    directory.mkdir(parents=True)
+    ckpt = directory / "ckpt-000001-00000000"
+    ckpt.mkdir(parents=True)
     blob = pickle.dumps(_Payload(marker))
     files = {}
-    for name in ("ckpt-5.index", "ckpt-5.data-00000-of-00001"):
-        (directory / name).write_bytes(blob)
+    for name in ("state.index", "state.data-00000-of-00001"):
+        (ckpt / name).write_bytes(blob)
         files[name] = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
-    manifest = {"epoch": 1, "step": 0, "global_step": 5, "files": files}
-    (directory / "ckpt-5.manifest.json").write_text(json.dumps(manifest))
-    (directory / "checkpoint").write_text(
-        'model_checkpoint_path: "ckpt-5"\nall_model_checkpoint_paths: "ckpt-5"\n'
-    )
-    return str(directory / "ckpt-5")
+    (ckpt / "manifest.json").write_text(json.dumps({"epoch": 1, "step": 0, "files": files}))
+    return ckpt
 
 
 @pytest.mark.timeout(180)
-def test_planted_checkpoint_runs_no_code_and_outside_paths_are_not_followed(
+def test_planted_checkpoint_runs_no_code_and_state_files_are_not_followed(
     tmp_path: Path,
 ) -> None:
     marker = tmp_path / "MARKER"
-    prefix = _plant(tmp_path / "run" / "checkpoints", marker)
+    ckpt = _plant(tmp_path / "run" / "checkpoints", marker)
     t = trainer(tf_config("dcgan", stepsPerEpoch=1), tmp_path / "run")
-    with pytest.raises(TrainerError, match=rf"^checkpoint {prefix} does not fit"):
+    with pytest.raises(TrainerError, match=rf"^checkpoint {ckpt} does not fit"):
         t.resume()
     assert not marker.exists()
-    # A state file naming a checkpoint elsewhere (another job's, or any file) is ignored.
+    # TensorFlow's own `checkpoint` state file naming a checkpoint elsewhere (another
+    # job's, or any file) is not consulted: only this directory's ckpt-* folders count.
     elsewhere = _plant(tmp_path / "elsewhere", marker)
+    shutil.rmtree(ckpt)
     (tmp_path / "run" / "checkpoints" / "checkpoint").write_text(
-        f'model_checkpoint_path: "{elsewhere}"\nall_model_checkpoint_paths: "{elsewhere}"\n'
+        f'model_checkpoint_path: "{elsewhere}/state"\n'
+        f'all_model_checkpoint_paths: "{elsewhere}/state"\n'
     )
-    assert t.ckpts._listed() == []
+    position, _ = t.resume()
+    assert position == Position(0, 0)
     assert not marker.exists()
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kubegan_trainer import driver
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
@@ -77,15 +79,7 @@ class TfGanTrainer:
         self.world_size = self.replicas
         self.clip = t.gradient_clip_norm
         self.scaling = uses_loss_scaling(t.mixed_precision)
-        self.steps_per_epoch = source.num_samples // self.global_batch
-        if t.steps_per_epoch is not None:
-            self.steps_per_epoch = min(self.steps_per_epoch, t.steps_per_epoch)
-        if self.steps_per_epoch < 1:
-            raise TrainerError(
-                f"spec.training.batchSizePerReplica: {self.batch} x gradientAccumulationSteps "
-                f"{self.k} x {self.replicas} replicas needs at least {self.global_batch} "
-                f"samples, the dataset has {source.num_samples}"
-            )
+        self.steps_per_epoch = driver.steps_per_epoch(config, source.num_samples, self.replicas)
         self.output = Path(env.output_dir)
         # Seeds Keras' initialisers (and Python, NumPy, TF's global seed): the same job
         # builds the same initial weights in every process, so a resumed run and an
@@ -237,9 +231,9 @@ class TfGanTrainer:
         s["elapsed"].assign(state.elapsed)
         self.ckpts.save(
             pos,
-            state.global_step,
             {
                 "framework": "tensorflow",
+                "global_step": state.global_step,
                 "replicas": self.replicas,
                 "workers": self.info.num_workers,
             },
@@ -263,11 +257,13 @@ class TfGanTrainer:
             saved = self.ckpts.latest_valid()
         except TrainerError as err:
             error = str(err)
-        step = -2 if error else (saved.global_step if saved else -1)
-        if self.info.num_workers > 1 and not self._same_everywhere(step):
+        # What each worker found: (epoch, step), (-1, 0) none, (-2, 0) none intact.
+        mark = (-2, 0) if error else (-1, 0) if saved is None else astuple(saved.position)
+        if self.info.num_workers > 1 and not all(self._same_everywhere(v) for v in mark):
+            name = saved.name if saved else "none"
             raise TrainerError(
                 f"spec.checkpoint.claimName: workers see different checkpoints in "
-                f"{self.env.checkpoint_dir} (this one: global step {step}); TensorFlow workers "
+                f"{self.env.checkpoint_dir} (this one: {name}); TensorFlow workers "
                 "need one shared checkpoint volume"
             )
         if error:

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
+from kubegan_trainer import driver
 from kubegan_trainer.checkpoint import CheckpointStore, Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
@@ -135,17 +136,8 @@ class GanTrainer:
             seed=t.seed,
             drop_last=True,
         )
-        per_step = self.batch * self.k
-        self.samples_per_step = per_step * self.world
-        self.steps_per_epoch = len(self.sampler) // per_step
-        if t.steps_per_epoch is not None:
-            self.steps_per_epoch = min(self.steps_per_epoch, t.steps_per_epoch)
-        if self.steps_per_epoch < 1:
-            raise TrainerError(
-                f"spec.training.batchSizePerReplica: {self.batch} x gradientAccumulationSteps "
-                f"{self.k} x {self.world} replicas needs at least {per_step * self.world} "
-                f"samples, the dataset has {n}"
-            )
+        self.samples_per_step = self.batch * self.k * self.world
+        self.steps_per_epoch = driver.steps_per_epoch(config, n, self.world)
         pin = self.device.type == "cuda"
         self.arrays = {
             k: (torch.from_numpy(v).pin_memory() if pin else torch.from_numpy(v))
