@@ -119,11 +119,10 @@ def local_gpu_count() -> int:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
+    from kubegan_trainer.cluster_env import visible_gpus  # the one device-list parser
+
     installed = sum(line.startswith("GPU ") for line in out.splitlines())
-    if "CUDA_VISIBLE_DEVICES" in os.environ:  # the user narrowed what this run may use
-        ids = [d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
-        return 0 if ids[:1] == ["-1"] else min(len(ids), installed)
-    return installed
+    return len(visible_gpus(os.environ, installed)[:installed])
 
 
 def local_shape(job: GANTrainingJob, available_gpus: int) -> tuple[int, int, str]:

@@ -38,7 +38,7 @@ JOB = {
 def _start(job: Path, out: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_trainer.local_run", str(job), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -79,11 +79,15 @@ def test_two_local_workers_stop_on_sigterm_and_resume(tmp_path: Path) -> None:
         "d_loss",
         "cost",
         "$",
+        "class_accuracy",  # issue 14: GAN quality per epoch, in the summary too
+        "feature_distance",
     ]
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1, 2, 3]
     for r in rows:  # cost = seconds / 3600 x (1 $/GPU-hour x 0 GPUs) on CPU workers
         assert r["cost_dollars"] == 0.0 and r["samples_per_second"] > 0 and r["world_size"] == 2
+        assert set(r["quality"]) == {"class_accuracy", "feature_distance"}
+        assert 0.0 <= r["quality"]["class_accuracy"] <= 1.0 and r["quality_seconds"] > 0
     assert sorted(p.name for p in (out / "samples").glob("*.png")) == [
         "epoch-0001.png",
         "epoch-0002.png",
@@ -101,13 +105,10 @@ def test_bad_job_file_is_one_line(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({**JOB, "spec": {**JOB["spec"], "training": {"epochs": 0}}}))
     p = subprocess.run(
-        [sys.executable, "-m", "kubegan_trainer.local_run", str(job)],
+        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
     )
     assert p.returncode == 2
-    assert (
-        p.stderr.strip()
-        == "error: spec.training.epochs: Input should be greater than or equal to 1"
-    )
+    assert p.stderr.strip() == "spec.training.epochs: input should be greater than or equal to 1"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from kubegan_operator.cli import main as kubegan
 from kubegan_trainer.data.digits import load_digits_dataset
-from kubegan_trainer.local_run import main as local_run_main
 
 EPOCHS = 8
 SEED = 1
@@ -51,7 +51,7 @@ def test_acgan_digits_samples_are_recognisably_the_requested_class(tmp_path: Pat
 
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(JOB))
-    assert local_run_main([str(job), "--output", str(tmp_path / "out")]) == 0
+    assert kubegan(["run", str(job), "--output", str(tmp_path / "out")]) == 0
 
     real = load_digits_dataset(OPTIONS["imageSize"])
     x, y = real.arrays["image"].reshape(len(real), -1), real.arrays["label"]

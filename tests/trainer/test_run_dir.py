@@ -162,7 +162,7 @@ def _listening_addresses(port: int) -> set[str]:
 
 def _launch(job: Path, out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_trainer.local_run", str(job), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kubegan_operator.cli import main
 from kubegan_operator.topology import parse_quantity
-from kubegan_trainer.local_run import visible_gpus
+from kubegan_trainer.cluster_env import visible_gpus
 
 from tests.unit.nodes import node
 

@@ -151,3 +151,12 @@ class ClusterEnv:
             tpu_worker_hostnames=hostnames,
             metrics_addr=get("KUBEGAN_METRICS_ADDR", "0.0.0.0"),
         )
+
+
+def visible_gpus(environ: Mapping[str, str], count: int | None = None) -> list[str]:
+    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else 0..count-1
+    (count defaults to a generous 64: the caller slices only what the plan asks for)."""
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        ids = [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+        return [] if ids[:1] == ["-1"] else ids
+    return [str(i) for i in range(64 if count is None else count)]

@@ -34,8 +34,9 @@ from kubegan_trainer import testhooks
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.errors import EXIT_INTERRUPTED
+from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule
+from kubegan_trainer.quality import Quality, quality_for
 from kubegan_trainer.reporting import Reporter
 from kubegan_trainer.samples import SAMPLE_COUNT, save_samples
 from kubegan_trainer.signals import StopFlag
@@ -43,6 +44,23 @@ from kubegan_trainer.signals import StopFlag
 log = logging.getLogger("kubegan_trainer")
 
 SAMPLE_SEED_OFFSET = 12345  # the fixed sample noise: its own stream, never training's
+
+
+def steps_per_epoch(config: TrainerConfig, samples: int, replicas: int) -> int:
+    """Optimizer steps per epoch: every replica takes k micro-batches of its own per step,
+    the remainder of the data set is dropped, `stepsPerEpoch` caps it."""
+    t = config.training
+    per_step = t.batch_size_per_replica * t.gradient_accumulation_steps * replicas
+    steps = samples // per_step
+    if t.steps_per_epoch is not None:
+        steps = min(steps, t.steps_per_epoch)
+    if steps < 1:
+        raise TrainerError(
+            f"spec.training.batchSizePerReplica: {t.batch_size_per_replica} x "
+            f"gradientAccumulationSteps {t.gradient_accumulation_steps} x {replicas} replicas "
+            f"needs at least {per_step} samples, the dataset has {samples}"
+        )
+    return steps
 
 
 @dataclass
@@ -143,6 +161,8 @@ class Driver:
         self.env_hooks = testhooks.EnvHooks.from_env(backend.rank)
         self.state = LoopState()
         self.last_saved: Position | None = None
+        self.quality: Quality | None = None  # built on the chief at the first epoch's end
+        self._quality_built = False
 
     # ---- the whole run -------------------------------------------------------------------
     def fit(self) -> int:
@@ -219,8 +239,11 @@ class Driver:
 
     def _finish_epoch(self, epoch: int, elapsed: float) -> None:
         g, d = self.b.epoch_losses(self.state)  # collective: every rank takes part
+        quality: dict[str, float] = {}
+        quality_seconds = 0.0
         if self.b.chief:
             self.render_samples(epoch)
+            quality, quality_seconds = self.measure_quality()
         self.report.epoch_done(
             epoch,
             elapsed,
@@ -229,7 +252,23 @@ class Driver:
             g_loss=g,
             d_loss=d,
             world_size=self.b.world_size,
+            quality=quality,
+            quality_seconds=quality_seconds,
         )
+
+    def measure_quality(self) -> tuple[dict[str, float], float]:
+        """Chief: this epoch's quality scores (quality.py) and what they cost, the scorer's
+        one-off set-up (a classifier fit on the real data) included the first time."""
+        setup = 0.0
+        if not self._quality_built:
+            t0 = time.perf_counter()
+            self.quality = quality_for(self.b.data_kind, self.b, self.config.training.seed)
+            self._quality_built = True
+            setup = time.perf_counter() - t0
+        if self.quality is None:
+            return {}, 0.0
+        scores, seconds = self.quality.measure(self.b)
+        return scores, seconds + setup
 
     def render_samples(self, epoch: int) -> Path:
         """Chief: samples/epoch-NNNN.png from fixed real inputs and fixed noise."""

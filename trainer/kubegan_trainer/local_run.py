@@ -13,21 +13,19 @@ Framework-free: the CLI in kubegan_operator imports this without torch.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env
+from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env, visible_gpus
 from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
 from kubegan_trainer.lifeline import parent_death_hook
 from kubegan_trainer.metrics import MetricsLog
 from kubegan_trainer.progress import read_progress
@@ -37,15 +35,6 @@ from kubegan_trainer.summary import progress_bar, summary_table
 
 EXIT_STOPPED = 130
 KILL_GRACE_SECONDS = 30.0
-TRAINER_SECTIONS = (
-    "framework",
-    "strategy",
-    "model",
-    "data",
-    "training",
-    "checkpoint",
-    "monitoring",
-)
 
 
 def free_port(preferred: int | None = None) -> int:
@@ -103,15 +92,6 @@ def worker_environments(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(mine)  # "" = CPU-only worker
         envs.append(env)
     return envs
-
-
-def visible_gpus(environ: Mapping[str, str], count: int | None = None) -> list[str]:
-    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else 0..count-1
-    (count defaults to a generous 64: the caller slices only what the plan asks for)."""
-    if "CUDA_VISIBLE_DEVICES" in environ:
-        ids = [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
-        return [] if ids[:1] == ["-1"] else ids
-    return [str(i) for i in range(64 if count is None else count)]
 
 
 class _Console:
@@ -353,71 +333,3 @@ def _report_failure(console: _Console, index: int, code: int, log_path: Path) ->
     console.line(f"worker {index} exited with code {code}; last lines of {log_path}:")
     for ln in lines[-15:]:
         console.line("  " + ln)
-
-
-# ---- `python -m kubegan_trainer.local_run JOB.yaml` (until `kubegan run` exists) -------
-def trainer_config_from_job(doc: dict[str, Any]) -> tuple[TrainerConfig, int, int, float]:
-    """(config, workers, gpusPerWorker, cost per hour) from a GANTrainingJob document.
-    Minimal: the operator's CLI validates the whole resource."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
-        raise ValueError("spec: missing (is this a GANTrainingJob?)")
-    spec = doc["spec"]
-    name = (doc.get("metadata") or {}).get("name")
-    if not name:
-        raise ValueError("metadata.name: required")
-    sections = {k: spec[k] for k in TRAINER_SECTIONS if k in spec}
-    config = TrainerConfig.model_validate({"jobName": name, **sections})
-    res = spec.get("resources") or {}
-    workers = int(res.get("workers") or 1)
-    gpus = int(res.get("gpusPerWorker") or 0)
-    price = (spec.get("cost") or {}).get("acceleratorHourlyPrice") or 0.0
-    return config, workers, gpus, float(price) * workers * gpus
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import yaml
-    from pydantic import ValidationError
-
-    ap = argparse.ArgumentParser(
-        prog="python -m kubegan_trainer.local_run", description="Run a GANTrainingJob locally."
-    )
-    ap.add_argument("job", type=Path)
-    ap.add_argument("--output", type=Path, default=None, help="default: runs/<name>")
-    ap.add_argument("--namespace", default="default")
-    ap.add_argument("--allow-config-change", action="store_true")
-    args = ap.parse_args(argv)
-    try:
-        doc = yaml.safe_load(args.job.read_text(encoding="utf-8"))
-        config, workers, gpus, rate = trainer_config_from_job(doc)
-    except OSError as err:
-        print(f"error: {args.job}: {err.strerror}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except yaml.YAMLError as err:
-        print(f"error: {args.job}: not valid YAML ({str(err).splitlines()[0]})", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(["spec", *(str(x) for x in first["loc"])])
-        print(f"error: {where}: {first['msg']}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    output = args.output or Path("runs") / config.job_name
-    try:
-        return run_local(
-            config,
-            workers=workers,
-            gpus_per_worker=gpus,
-            output_dir=output,
-            cost_rate_per_hour=rate,
-            namespace=args.namespace,
-            allow_config_change=args.allow_config_change,
-        )
-    except TrainerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
-
-
-if __name__ == "__main__":
-    sys.exit(main())

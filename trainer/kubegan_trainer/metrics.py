@@ -10,7 +10,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ METRIC_NAMES = (
     "kubegan_checkpoint_epoch",
     "kubegan_checkpoint_step",
     "kubegan_checkpoint_timestamp_seconds",
+    # issue 14: GAN quality per epoch, one series per metric (quality.py names them)
+    "kubegan_quality",
 )
 
 # Epochs range from seconds (digits on a laptop) to half an hour (3DGAN on 2 GPUs).
@@ -52,6 +54,8 @@ class EpochRecord:
     steps: int
     samples: int
     world_size: int
+    quality: dict[str, float] = field(default_factory=dict)  # metric -> value (quality.py)
+    quality_seconds: float = 0.0  # what measuring it cost (not part of epoch_seconds)
 
     @staticmethod
     def cost(epoch_seconds: float, rate_per_hour: float) -> float:
@@ -108,6 +112,13 @@ class TrainerMetrics:
         self.checkpoint_time = gauge(
             "kubegan_checkpoint_timestamp_seconds", "Unix time of the latest checkpoint."
         ).labels(**self._labels)
+        # `metric` is bounded: the few names a model family reports (quality.py).
+        self.quality = Gauge(
+            "kubegan_quality",
+            "GAN quality of the last epoch against real data, by metric.",
+            (*labels, "metric"),
+            registry=self.registry,
+        )
 
     def record_checkpoint(self, seconds: float, epoch: int, step: int) -> None:
         self.checkpoint_duration.observe(seconds)
@@ -131,6 +142,8 @@ class TrainerMetrics:
         self.generator_loss.set(rec.g_loss)
         self.discriminator_loss.set(rec.d_loss)
         self.epoch_cost.set(rec.cost_dollars)
+        for metric, value in rec.quality.items():
+            self.quality.labels(**self._labels, metric=metric).set(value)
 
 
 class MetricsLog:

@@ -74,6 +74,8 @@ class Reporter:
         g_loss: float,
         d_loss: float,
         world_size: int,
+        quality: dict[str, float] | None = None,
+        quality_seconds: float = 0.0,
     ) -> None:
         if self.metrics is None:
             return
@@ -87,6 +89,8 @@ class Reporter:
             steps=steps,
             samples=samples,
             world_size=world_size,
+            quality=quality or {},
+            quality_seconds=round(quality_seconds, 6),
         )
         self.metrics_log.append(rec)
         self.metrics.record_epoch(rec)

@@ -7,10 +7,11 @@ from typing import Any
 
 
 def epoch_line(rec: dict[str, Any], epochs: int) -> str:
+    quality = "".join(f"  {k} {v:.4g}" for k, v in (rec.get("quality") or {}).items())
     return (
         f"epoch {rec['epoch']}/{epochs}  {rec['epoch_seconds']:.1f}s  "
         f"{rec['samples_per_second']:.1f} samples/s  g_loss {rec['g_loss']:.4f}  "
-        f"d_loss {rec['d_loss']:.4f}  cost ${rec['cost_dollars']:.4f}"
+        f"d_loss {rec['d_loss']:.4f}  cost ${rec['cost_dollars']:.4f}{quality}"
     )
 
 
@@ -22,7 +23,9 @@ def progress_bar(epoch: int, epochs: int, step: int, steps: int, width: int = 30
 
 def summary_table(records: Sequence[dict[str, Any]]) -> str:
     """Epoch table with totals; `records` are metrics.jsonl rows."""
-    head = ("epoch", "seconds", "samples/s", "g_loss", "d_loss", "cost $")
+    # One column per quality metric the run reported (quality.py; none for older runs).
+    metrics = list(dict.fromkeys(k for r in records for k in r.get("quality") or {}))
+    head = ("epoch", "seconds", "samples/s", "g_loss", "d_loss", "cost $", *metrics)
     rows = [
         (
             str(r["epoch"]),
@@ -31,6 +34,7 @@ def summary_table(records: Sequence[dict[str, Any]]) -> str:
             f"{r['g_loss']:.4f}",
             f"{r['d_loss']:.4f}",
             f"{r['cost_dollars']:.4f}",
+            *(_quality(r, m) for m in metrics),
         )
         for r in records
     ]
@@ -38,9 +42,17 @@ def summary_table(records: Sequence[dict[str, Any]]) -> str:
         total_s = sum(r["epoch_seconds"] for r in records)
         total_c = sum(r["cost_dollars"] for r in records)
         mean_sps = sum(r["samples_per_second"] for r in records) / len(records)
-        rows.append(("total", f"{total_s:.2f}", f"{mean_sps:.1f}", "", "", f"{total_c:.4f}"))
+        blank = ("",) * len(metrics)
+        rows.append(
+            ("total", f"{total_s:.2f}", f"{mean_sps:.1f}", "", "", f"{total_c:.4f}", *blank)
+        )
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*r) for r in rows]
     return "\n".join(lines)
+
+
+def _quality(rec: dict[str, Any], metric: str) -> str:
+    value = (rec.get("quality") or {}).get(metric)
+    return "" if value is None else f"{value:.4g}"

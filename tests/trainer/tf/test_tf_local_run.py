@@ -42,7 +42,7 @@ def _start(job: Path, out: Path) -> subprocess.Popen[str]:
         "KUBEGAN_TF_LOGICAL_CPUS": "",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_trainer.local_run", str(job), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -65,7 +65,7 @@ def test_kubegan_run_two_tensorflow_workers_stop_and_resume(tmp_path: Path) -> N
     text, _ = first.communicate(timeout=180)
     assert first.returncode == 130, text
     assert read_progress(out)["state"] == "stopped"
-    assert list((out / "checkpoints").glob("ckpt-*.manifest.json"))
+    assert list((out / "checkpoints").glob("ckpt-*/manifest.json"))
     worker0 = (out / "logs" / "worker-0.log").read_text()
     assert "MultiWorkerMirroredStrategy, 2 workers" in worker0
 
