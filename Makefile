@@ -49,6 +49,11 @@ crd: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/kubegan run examples/digits-local.yaml
 
+# The operator at 1000 KWOK nodes / 500 jobs on its own control plane (bench/README.md).
+.PHONY: bench-operator
+bench-operator: install
+	nice -n 10 $(PY) bench/operator_scale.py --nodes 1000 --jobs 500
+
 # --- local control plane (hack/README.md) ---
 .PHONY: cluster-binaries
 cluster-binaries: ; bash hack/build-binaries.sh
