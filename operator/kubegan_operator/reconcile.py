@@ -469,6 +469,10 @@ def gang_succeeded(c: Context) -> bool:
     transition(
         c.st, Phase.succeeded, c.now, Reason.finished, "worker 0 exited 0 after the last epoch"
     )
+    # Worker 0 exits 0 only after the last epoch; its metrics are read every few seconds, so
+    # the last read may predate that epoch, and a finished job must not show "5/6".
+    if c.st.progress is not None:
+        c.st.progress.epoch = c.job.spec.training.epochs
     c.event("Normal", Reason.succeeded, "training finished")
     c.d.delete_pods += _clean_pods(
         c.current, c.policy.clean_pod_policy, c.node_ready, finished=True

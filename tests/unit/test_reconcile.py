@@ -336,6 +336,29 @@ def test_progress_and_last_checkpoint_from_worker_0() -> None:
     assert d.status["lastCheckpoint"] == {"epoch": 7, "step": 0, "time": "2027-01-15T08:00:00Z"}
 
 
+def test_a_finished_job_shows_its_last_epoch_even_if_the_last_read_was_earlier() -> None:
+    from kubegan_operator.progress import ProgressUpdate
+
+    w = running_world()
+    w.now += timedelta(seconds=1)
+    d = reconcile(
+        w.job,
+        list(w.pods.values()),
+        w.nodes,
+        w.now,
+        lambda: PLAN,
+        have_service=True,
+        have_config_map=True,
+        progress=ProgressUpdate(epoch=59, last_epoch_seconds=100.0, checkpoint=None),
+    )
+    assert d.status is not None and d.status["progress"]["epoch"] == 59
+    w.job["status"] = d.status
+    w.end(0, "Succeeded")
+    w.step()
+    assert w.status["phase"] == "Succeeded"
+    assert w.status["progress"] == {"epoch": 60, "epochs": 60, "lastEpochSeconds": 100.0}
+
+
 def test_a_vanished_worker_of_a_released_gang_restarts_the_gang() -> None:
     w = running_world()
     del w.pods["g-worker-1"]  # force-deleted, or garbage-collected with its node
