@@ -4,6 +4,7 @@ itself, small for a second sample of the same distribution, large for a wrong on
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from kubegan_trainer.data.digits import load_digits_dataset
 from kubegan_trainer.data.showers import ENERGY_SCALE, preprocess, shower, synthetic_showers
 from kubegan_trainer.driver import Generated
@@ -74,3 +75,33 @@ def test_paired_scores_are_l1_and_psnr_of_generated_against_target() -> None:
     off = PairedScorer().score(Replay(pairs["b"][-16:] + 0.1, real=pairs), seed=0)
     assert abs(off["l1"] - 0.1) < 1e-9
     assert abs(off["psnr_db"] - 10 * np.log10(4 / 0.01)) < 1e-6
+
+
+def test_pix2pix_is_scored_on_pairs_it_never_trains_on() -> None:
+    from kubegan_trainer.config import TrainerConfig
+    from kubegan_trainer.data.build import HELD_OUT_PAIRS, build_dataset, held_out_pairs
+    from kubegan_trainer.errors import TrainerError
+
+    def cfg(model: str, source: str = "synthetic", **options: object) -> TrainerConfig:
+        return TrainerConfig.model_validate(
+            {
+                "jobName": "t",
+                "framework": "pytorch",
+                "model": {"name": model, "options": {"imageSize": 16, **options}},
+                "data": {"source": source, "path": "/nonexistent" if source == "files" else ""},
+                "training": {"epochs": 1, "batchSizePerReplica": 4, "seed": 3},
+            }
+        )
+
+    train = build_dataset(cfg("pix2pix")).arrays
+    held = held_out_pairs(cfg("pix2pix"))
+    assert held is not None and set(held) == set(train)
+    assert held["a"].shape == (HELD_OUT_PAIRS, *train["a"].shape[1:])
+    assert held["a"].dtype == train["a"].dtype
+    # None of the held-out inputs is a training input.
+    flat = {bytes(x.tobytes()) for x in train["a"]}
+    assert not any(bytes(x.tobytes()) in flat for x in held["a"])
+    assert held_out_pairs(cfg("dcgan")) is None
+    assert held_out_pairs(cfg("pix2pix", "files")) is None  # no heldOutPath: training pairs
+    with pytest.raises(TrainerError, match=r"spec\.model\.options\.heldOutPath"):
+        held_out_pairs(cfg("pix2pix", "files", heldOutPath=3))

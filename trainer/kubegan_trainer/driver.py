@@ -34,6 +34,7 @@ from kubegan_trainer import testhooks
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.data.build import held_out_pairs
 from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule
 from kubegan_trainer.quality import Quality, quality_for
@@ -262,7 +263,12 @@ class Driver:
         setup = 0.0
         if not self._quality_built:
             t0 = time.perf_counter()
-            self.quality = quality_for(self.b.data_kind, self.b, self.config.training.seed)
+            self.quality = quality_for(
+                self.b.data_kind,
+                self.b,
+                self.config.training.seed,
+                held_out=held_out_pairs(self.config),
+            )
             self._quality_built = True
             setup = time.perf_counter() - t0
         if self.quality is None:

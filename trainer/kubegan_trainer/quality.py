@@ -58,13 +58,16 @@ class Quality:
         return {k: round(float(v), 6) for k, v in scores.items()}, time.perf_counter() - t0
 
 
-def quality_for(kind: str, backend: Generator, seed: int) -> Quality | None:
+def quality_for(
+    kind: str, backend: Generator, seed: int, held_out: dict[str, np.ndarray] | None = None
+) -> Quality | None:
     """The scorer for this data kind, or None where there is nothing to score against
-    (an image folder without classes)."""
+    (an image folder without classes). `held_out`: pairs the job never trains on
+    (data/build.py held_out_pairs), for pix2pix."""
     if kind == "showers":
         return Quality(ShowerScorer(backend.real_examples(SHOWER_EVAL)), seed + QUALITY_SEED_OFFSET)
     if kind == "paired":
-        return Quality(PairedScorer(), seed + QUALITY_SEED_OFFSET)
+        return Quality(PairedScorer(held_out), seed + QUALITY_SEED_OFFSET)
     real = backend.real_examples(1 << 30)
     labels = real.get("label")
     if labels is None or len(np.unique(labels)) < 2:
@@ -191,11 +194,12 @@ class ShowerScorer:
 
 # ---- pairs -----------------------------------------------------------------------------------
 class PairedScorer:
-    """L1 and PSNR (images in [-1, 1]: peak-to-peak 2) on the last pairs of the data set.
-    They are training pairs too: a held-out split would shrink the training set of every
-    pix2pix job for a number that says the same on these small synthetic sets."""
+    """L1 and PSNR (images in [-1, 1]: peak-to-peak 2) of generated against target images on
+    held-out pairs: fresh synthetic pairs, or the folder `spec.model.options.heldOutPath`.
+    A folder job that names none is scored on its last training pairs (docs/trainer.md)."""
 
-    real: dict[str, np.ndarray] | None = None
+    def __init__(self, held_out: dict[str, np.ndarray] | None = None) -> None:
+        self.real = held_out
 
     def score(self, backend: Generator, seed: int) -> dict[str, float]:
         if self.real is None:

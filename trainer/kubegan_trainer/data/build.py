@@ -9,6 +9,10 @@ from kubegan_trainer.config import DataSource, TrainerConfig
 from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.errors import TrainerError
 
+# Pairs scored by pix2pix's quality metric (quality.py) and the seed offset of synthetic ones:
+# drawn from the same generator as the training pairs, never trained on.
+HELD_OUT_PAIRS = 16
+HELD_OUT_SEED_OFFSET = 7919
 DEFAULT_IMAGE_SIZE = {"dcgan": 32, "acgan": 32, "pix2pix": 256, "custom": 32}
 KIND_BY_MODEL = {"gan3d": "showers", "pix2pix": "paired", "dcgan": "images", "acgan": "images"}
 
@@ -70,3 +74,28 @@ def build_dataset(config: TrainerConfig) -> Dataset:
     if kind == "paired":
         return files.load_paired_folder(path, size, opts.get("direction", "AtoB"))
     return files.load_image_folder(path, size, opts.get("channels"))
+
+
+def held_out_pairs(config: TrainerConfig) -> dict[str, Any] | None:
+    """Pairs a pix2pix job never trains on, for its quality score: new synthetic pairs, or up
+    to HELD_OUT_PAIRS of the folder `spec.model.options.heldOutPath` (e.g. a dataset's val/).
+    None for other models, and for a folder job that names no held-out folder."""
+    model = config.model.name.value
+    opts = config.model.options
+    if dataset_kind_for(model, opts) != "paired":
+        return None
+    size = image_size_for(model, opts)
+    if config.data.source == DataSource.synthetic:
+        from kubegan_trainer.data.synthetic_images import synthetic_pairs
+
+        seed = config.training.seed + HELD_OUT_SEED_OFFSET
+        return synthetic_pairs(HELD_OUT_PAIRS, size, seed).arrays
+    from kubegan_trainer.model_options import option
+
+    path = option(opts, "heldOutPath", "", str)
+    if not path:
+        return None
+    from kubegan_trainer.data import files
+
+    pairs = files.load_paired_folder(Path(path), size, opts.get("direction", "AtoB"))
+    return pairs.head(HELD_OUT_PAIRS)
