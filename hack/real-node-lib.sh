@@ -48,3 +48,24 @@ start_proc() {  # start_proc <name> <command...>: own session, log in $LOGS, pid
   echo $! >"$PIDS/$name.pid"
   printf '[real-nodes %s] started %s (pid %s, log %s)\n' "$(date +%H:%M:%S)" "$name" "$!" "$LOGS/$name.log" >&2
 }
+
+image_containerd_config() {  # image_containerd_config <root> <state> <socket> <opt dir>: TOML
+  # A containerd that only stores images (no CRI, no pods): the node image store
+  # (seed-node-images.sh) and the throwaway one of test-images.sh.
+  cat <<TOML
+version = 2
+root = "$1"
+state = "$2"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "$3"
+[ttrpc]
+  address = "$3.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$4"
+TOML
+}

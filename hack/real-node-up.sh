@@ -115,31 +115,24 @@ make_images() {
 }
 
 # ---------------------------------------------------------------- one node
-gen_client_cert() {  # gen_client_cert <dir> <base name> <CN> [O]: a client certificate from the cluster CA
-  local dir="$1" base="$2" cn="$3" org="${4:-}"
+gen_cert() {  # gen_cert <dir> <base name> <subject> <extendedKeyUsage> [subjectAltName]
+  local dir="$1" base="$2" subj="$3" usage="$4" san="${5:-}"
   [[ -s "$dir/$base.crt" ]] && return 0
   mkdir -p "$dir"; chmod 700 "$dir"
   openssl genrsa -out "$dir/$base.key" 2048 2>/dev/null
-  openssl req -new -key "$dir/$base.key" -subj "${org:+/O=$org}/CN=$cn" -out "$dir/$base.csr" 2>/dev/null
-  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$dir/$base.ext"
+  openssl req -new -key "$dir/$base.key" -subj "$subj" -out "$dir/$base.csr" 2>/dev/null
+  {
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n'
+    printf 'extendedKeyUsage=%s\n' "$usage"
+    [[ -z "$san" ]] || printf 'subjectAltName=%s\n' "$san"
+  } >"$dir/$base.ext"
   openssl x509 -req -in "$dir/$base.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
     -days 3650 -sha256 -extfile "$dir/$base.ext" -out "$dir/$base.crt" 2>/dev/null
   rm -f "$dir/$base.csr" "$dir/$base.ext"
   chmod 600 "$dir/$base.key"
 }
-
-gen_serving_cert() {  # gen_serving_cert <dir> <base name> <CN> <subjectAltName>
-  local dir="$1" base="$2" cn="$3" san="$4"
-  [[ -s "$dir/$base.crt" ]] && return 0
-  mkdir -p "$dir"; chmod 700 "$dir"
-  openssl genrsa -out "$dir/$base.key" 2048 2>/dev/null
-  openssl req -new -key "$dir/$base.key" -subj "/O=system:nodes/CN=$cn" -out "$dir/$base.csr" 2>/dev/null
-  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' "$san" >"$dir/$base.ext"
-  openssl x509 -req -in "$dir/$base.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
-    -days 3650 -sha256 -extfile "$dir/$base.ext" -out "$dir/$base.crt" 2>/dev/null
-  rm -f "$dir/$base.csr" "$dir/$base.ext"
-  chmod 600 "$dir/$base.key"
-}
+gen_client_cert() { gen_cert "$1" "$2" "${4:+/O=$4}/CN=$3" clientAuth; }  # <dir> <base> <CN> [O]
+gen_serving_cert() { gen_cert "$1" "$2" "/O=system:nodes/CN=$3" serverAuth "$4"; }  # <dir> <base> <CN> <SAN>
 
 write_kubeconfig() {  # write_kubeconfig <file> <server> <user> <cert> <key>
   local file="$1" server="$2" user="$3" crt="$4" key="$5"

@@ -37,22 +37,7 @@ mkdir -p "$NODE_IMAGE_STORE/root" "$RUN_DIR"
 exec 9>"$NODE_IMAGE_STORE.lock"
 flock 9   # one writer; real-node-up takes it shared while it copies
 
-cat >"$RUN_DIR/config.toml" <<TOML
-version = 2
-root = "$NODE_IMAGE_STORE/root"
-state = "$RUN_DIR/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-[grpc]
-  address = "$SOCK"
-[ttrpc]
-  address = "$SOCK.ttrpc"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$RUN_DIR/opt"
-TOML
+image_containerd_config "$NODE_IMAGE_STORE/root" "$RUN_DIR/state" "$SOCK" "$RUN_DIR/opt" >"$RUN_DIR/config.toml"
 
 pid=""
 start() {

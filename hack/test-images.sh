@@ -13,6 +13,9 @@ set -Eeuo pipefail
 trap 'echo "test-images.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+# shellcheck source=hack/real-node-lib.sh
+source "$HACK_DIR/real-node-lib.sh"
 IMAGES="${KUBEGAN_IMAGE_CACHE:-$HOME/.cache/kubegan/images}"
 DIR="${KUBEGAN_IMAGE_TEST_DIR:-/tmp/kg-img-test}"
 SOCK="$DIR/containerd.sock"
@@ -63,23 +66,8 @@ trap 'exit 130' INT TERM
 
 [[ ! -e "$DIR" ]] || die "$DIR exists (another test running, or left over: remove it)"
 mkdir -p "$DIR"/{root,state,opt}
-cat >"$DIR/config.toml" <<TOML
-# throwaway containerd for hack/test-images.sh: no CRI, its own root/state/socket
-version = 2
-root = "$DIR/root"
-state = "$DIR/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-[grpc]
-  address = "$SOCK"
-[ttrpc]
-  address = "$SOCK.ttrpc"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$DIR/opt"
-TOML
+# throwaway containerd: no CRI, its own root/state/socket
+image_containerd_config "$DIR/root" "$DIR/state" "$SOCK" "$DIR/opt" >"$DIR/config.toml"
 setsid containerd --config "$DIR/config.toml" >"$DIR/containerd.log" 2>&1 </dev/null &
 cd_pid=$!
 for _ in $(seq 60); do ctr --address "$SOCK" version >/dev/null 2>&1 && break; sleep 0.25; done
