@@ -12,8 +12,7 @@ import json
 import os
 import socket
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,17 +50,6 @@ def free_port() -> int:
             port = s.getsockname()[1]
         if port < 65000:  # etcd's peer port is port + 1
             return port
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 900) -> str:

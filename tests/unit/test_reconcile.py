@@ -51,7 +51,8 @@ class World:
         self.last: Decision | None = None
         self.plans_made = 0
 
-    def step(self, seconds: float = 1.0) -> Decision:
+    def step(self, seconds: float = 1.0, progress: Any = None) -> Decision:
+        """`progress`: a ProgressUpdate read from worker 0's metrics, if any."""
         self.now += timedelta(seconds=seconds)
 
         def make_plan() -> Plan:
@@ -66,6 +67,7 @@ class World:
             make_plan,
             have_service=True,
             have_config_map=True,
+            progress=progress,
         )
         if d.status is not None:
             self.job["status"] = d.status
@@ -340,19 +342,8 @@ def test_a_finished_job_shows_its_last_epoch_even_if_the_last_read_was_earlier()
     from kubegan_operator.progress import ProgressUpdate
 
     w = running_world()
-    w.now += timedelta(seconds=1)
-    d = reconcile(
-        w.job,
-        list(w.pods.values()),
-        w.nodes,
-        w.now,
-        lambda: PLAN,
-        have_service=True,
-        have_config_map=True,
-        progress=ProgressUpdate(epoch=59, last_epoch_seconds=100.0, checkpoint=None),
-    )
+    d = w.step(progress=ProgressUpdate(epoch=59, last_epoch_seconds=100.0, checkpoint=None))
     assert d.status is not None and d.status["progress"]["epoch"] == 59
-    w.job["status"] = d.status
     w.end(0, "Succeeded")
     w.step()
     assert w.status["phase"] == "Succeeded"
