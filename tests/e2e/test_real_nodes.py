@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.conftest import wait_for
 from tests.e2e.conftest import (
     BUSYBOX,
     REAL_NODES,
     RealCluster,
     restricted_namespace,
-    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(600)
