@@ -58,8 +58,10 @@ def parse_trainer_metrics(text: str) -> TrainerProgress | None:
     )
 
 
-def fetch_progress(host: str, port: int, timeout: float = 1.0) -> TrainerProgress | None:
-    """None when the endpoint is not reachable or not (yet) a trainer's."""
+def fetch_progress(host: str, port: int, timeout: float = 5.0) -> TrainerProgress | None:
+    """None when the endpoint is not reachable or not (yet) a trainer's. The read runs off the
+    event loop; a busy worker's metrics thread can need seconds to answer (seen on real nodes:
+    with 1 s every read of a CPU-bound torch worker timed out and progress stayed at 0)."""
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as r:
             return parse_trainer_metrics(r.read().decode("utf-8", "replace"))
