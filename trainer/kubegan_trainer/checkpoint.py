@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.files import MANIFEST_MAX_BYTES, read_regular
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,19 @@ def _sha256(path: Path) -> str:
 
 def checkpoint_name(pos: Position) -> str:
     return f"ckpt-{pos.epoch:06d}-{pos.step:08d}"
+
+
+def checkpoint_created(root: Path, pos: Position) -> float:
+    """When the checkpoint at `pos` was written (its manifest's time), for reporting only:
+    the file's time when the manifest cannot say, now when neither can."""
+    path = Path(root) / checkpoint_name(pos) / MANIFEST
+    try:
+        created = json.loads(read_regular(path, MANIFEST_MAX_BYTES)).get("created")
+        if isinstance(created, (int, float)) and created > 0:
+            return float(created)
+        return path.stat().st_mtime
+    except (OSError, ValueError, TrainerError, AttributeError):
+        return time.time()
 
 
 class CheckpointStore:
@@ -146,10 +160,10 @@ class CheckpointStore:
         """None when the checkpoint is intact, else why it is not."""
         mpath = ref.path / MANIFEST
         try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+            manifest = json.loads(read_regular(mpath, MANIFEST_MAX_BYTES))
         except FileNotFoundError:
             return "manifest.json is missing"
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, ValueError, TrainerError) as err:
             return f"manifest.json is unreadable ({err})"
         if (manifest.get("epoch"), manifest.get("step")) != (
             ref.position.epoch,
@@ -196,7 +210,7 @@ class CheckpointStore:
         return None
 
     def manifest(self, ref: CheckpointRef) -> dict:
-        return json.loads((ref.path / MANIFEST).read_text(encoding="utf-8"))
+        return json.loads(read_regular(ref.path / MANIFEST, MANIFEST_MAX_BYTES))
 
     # ---- pruning -------------------------------------------------------------------
     def move_aside(self, ref: CheckpointRef, why: str) -> Path:

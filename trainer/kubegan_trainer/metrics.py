@@ -126,6 +126,14 @@ class TrainerMetrics:
         self.checkpoint_step.set(step)
         self.checkpoint_time.set_to_current_time()
 
+    def restored_checkpoint(self, epoch: int, step: int, created: float) -> None:
+        """A resumed run starts with the checkpoint it resumed from as its latest: the
+        previous gang may have written it (on SIGTERM) moments before exiting, too late for
+        the operator to read it from that gang."""
+        self.checkpoint_epoch.set(epoch)
+        self.checkpoint_step.set(step)
+        self.checkpoint_time.set(created)
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> bool:
         """Start the HTTP endpoint; a busy port is a warning, never a training failure."""
         try:

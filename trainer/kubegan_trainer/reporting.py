@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from kubegan_trainer.checkpoint import Position
+from kubegan_trainer.checkpoint import Position, checkpoint_created
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.metrics import EpochRecord, MetricsLog, TrainerMetrics
 from kubegan_trainer.progress import ProgressWriter
@@ -35,6 +35,9 @@ class Reporter:
         self.metrics_log.truncate_after(start.epoch)
         resumed = start != Position(0, 0)
         if resumed:
+            self.metrics.restored_checkpoint(
+                start.epoch, start.step, checkpoint_created(Path(self.env.checkpoint_dir), start)
+            )
             where = f"epoch {start.epoch}" + (
                 f", step {start.step} of epoch {start.epoch + 1}" if start.step else ""
             )
