@@ -1,8 +1,9 @@
 """What happened to a worker pod (DESIGN §5): still going, done, or ended by whom.
 
 An infrastructure disruption (spot reclaim, node loss, eviction, deletion by someone else)
-counts toward `preemptions`; any other non-zero exit is an application failure and counts
-toward `backoffLimit`.
+counts toward `preemptions`, and so does the trainer's own "stopped by SIGTERM, checkpointed"
+exit (143); any other non-zero exit is an application failure and counts toward
+`backoffLimit`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ DISRUPTION_REASONS = frozenset(
     {"NodeShutdown", "Terminated", "Evicted", "NodeLost", "Shutdown", "Preempting",
      "OutOfpods", "OutOfcpu", "OutOfmemory", "UnexpectedAdmissionError"}
 )  # fmt: skip
+
+
+# The trainer exits 143 only after a stop request (SIGTERM to it, or to a peer: the ranks
+# agree to stop at one step and checkpoint there). Something outside the code stopped it; on
+# a spot reclaim the kubelet marks the reclaimed pod only after its containers are gone, so
+# the peers' 143 is often the first news of the reclaim and must not count as a failure.
+INTERRUPTED_EXIT = 143
+INTERRUPTED_DETAIL = "exit code 143: stopped by SIGTERM after checkpointing"
 
 
 class Outcome(StrEnum):
@@ -84,6 +93,8 @@ def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerSt
         if node and node not in node_ready:
             return state(Outcome.disruption, f"node {node} is gone")
         code = exit_code(pod)
+        if code == INTERRUPTED_EXIT:
+            return state(Outcome.disruption, INTERRUPTED_DETAIL)
         return state(
             Outcome.app_failure,
             f"exit code {code}" if code is not None else status.get("message") or "failed",

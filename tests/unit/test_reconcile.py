@@ -183,7 +183,7 @@ def test_application_failure_counts_restart_and_restarts_gang() -> None:
 
 @pytest.mark.parametrize(
     "how",
-    ["node_gone", "node_notready", "disruption_target", "node_shutdown", "deleted"],
+    ["node_gone", "node_notready", "disruption_target", "node_shutdown", "deleted", "peer_stop"],
 )
 def test_disruptions_count_as_preemptions(how: str) -> None:
     w = running_world(backoffLimit=0)
@@ -198,6 +198,11 @@ def test_disruptions_count_as_preemptions(how: str) -> None:
         ]
     elif how == "node_shutdown":
         w.end(1, "Failed", code=143, reason="NodeShutdown", message="node is shutting down")
+    elif how == "peer_stop":
+        # A spot reclaim's first news is often a surviving worker's 143: the ranks agreed to
+        # stop and checkpoint when the reclaimed peer got SIGTERM; the kubelet marks the
+        # reclaimed pod only after its containers are gone.
+        w.end(1, "Failed", code=143)
     else:
         pod["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:05Z"
     d = w.step()
