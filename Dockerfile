@@ -62,10 +62,12 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     python -m venv --without-pip /opt/venv \
  && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
       -r /req/build.txt
-# README.md is the package's readme (pyproject metadata); nothing else outside the packages.
+# README.md is the package's readme (pyproject metadata); nothing else outside the packages
+# (examples/models holds the example custom models the trainer images ship).
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY trainer/ trainer/
+COPY examples/models/ examples/models/
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     /opt/uv/bin/uv pip install --no-progress --offline --no-cache --python /opt/venv/bin/python \
       --no-deps --no-build-isolation --compile-bytecode --prefix /pkg/opt/venv .
