@@ -326,13 +326,28 @@ class Counts:
     operator_lists: float = 0.0
     operator_requests: float = 0.0
     all_lists: float = 0.0
+    # (verb, resource/subresource) -> [seconds, requests]: every client's, from the
+    # apiserver's request-duration histogram, to tell a slow apiserver from a slow operator
+    latency: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # the operator's requests: seconds waited in API priority and fairness queues, requests
+    apf_wait: list[float] = field(default_factory=lambda: [0.0, 0.0])
 
     def __sub__(self, other: Counts) -> Counts:
+        zero = [0.0, 0.0]
         return Counts(
             self.operator_lists - other.operator_lists,
             self.operator_requests - other.operator_requests,
             self.all_lists - other.all_lists,
+            {
+                k: [a - b for a, b in zip(v, other.latency.get(k, zero), strict=True)]
+                for k, v in self.latency.items()
+            },
+            [a - b for a, b in zip(self.apf_wait, other.apf_wait, strict=True)],
         )
+
+    def mean_ms(self, verb: str, resource: str) -> str:
+        seconds, n = self.latency.get((verb, resource), [0.0, 0.0])
+        return f"{1000 * seconds / n:.0f} ms x {n:.0f}" if n else "-"
 
 
 SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} ([0-9.e+-]+)$")
@@ -355,6 +370,46 @@ def apiserver_counts(c: Cluster) -> Counts:
                 out.operator_requests += value
         elif metric == "apiserver_request_total" and 'verb="LIST"' in labels:
             out.all_lists += value
+        elif metric in ("apiserver_request_duration_seconds_sum",
+                        "apiserver_request_duration_seconds_count"):  # fmt: skip
+            lab = dict(LABEL.findall(labels))
+            what = (lab.get("resource"), lab.get("subresource"))
+            key = (lab.get("verb", ""), "/".join(filter(None, what)))
+            out.latency.setdefault(key, [0.0, 0.0])[metric.endswith("_count")] += value
+        elif metric.startswith("apiserver_flowcontrol_request_wait_duration_seconds_") and (
+            f'flow_schema="{FLOW_LIST}"' in labels or f'flow_schema="{FLOW_OTHER}"' in labels
+        ):
+            if metric.endswith("_sum"):
+                out.apf_wait[0] += value
+            elif metric.endswith("_count"):
+                out.apf_wait[1] += value
+    return out
+
+
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (nan when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+COMPONENTS = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
+
+
+def cpu_snapshot(c: Cluster, operator_pid: int) -> dict[str, float]:
+    """CPU seconds so far of the operator and of each control-plane process: which of them
+    the machine's cores went to during a phase."""
+    out = {"operator": cpu_seconds(operator_pid)}
+    for name in COMPONENTS:
+        try:
+            out[name] = cpu_seconds(int((c.dir / "pids" / f"{name}.pid").read_text()))
+        except (OSError, ValueError):
+            out[name] = math.nan
     return out
 
 
@@ -414,18 +469,27 @@ class PodSeen:
     job: str
     attempt: int
     workers: int
+    created_at: float
+    ungated_at: float | None = None
     node: str = ""
     bound_at: float | None = None
 
 
+Gang = tuple[str, int]  # (job, attempt)
+
+
 @dataclass
 class Watcher:
-    """Every worker's first binding, as this script's own watch sees it (monotonic time)."""
+    """Every worker's creation, gate lift and first binding, as this script's own watch sees
+    them (monotonic time), so a slow bind can be split into the operator's part (applied ->
+    created -> gates lifted) and the scheduler's (gates lifted -> bound)."""
 
     core: Any
     pods: dict[str, PodSeen] = field(default_factory=dict)
-    # (job, attempt) -> when its last worker was bound
-    gang_bound: dict[tuple[str, int], float] = field(default_factory=dict)
+    # (job, attempt) -> when its last worker was seen created / ungated / bound
+    gang_created: dict[Gang, float] = field(default_factory=dict)
+    gang_ungated: dict[Gang, float] = field(default_factory=dict)
+    gang_bound: dict[Gang, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -447,19 +511,30 @@ class Watcher:
                     labels[JOB_LABEL],
                     int(labels.get(ATTEMPT_LABEL, "0")),
                     int(env.get("KUBEGAN_NUM_WORKERS") or 1),
+                    now,
                 ),
             )
+            key = (seen.job, seen.attempt)
+            self._gang_done(key, self.gang_created, now, lambda p: True)
+            if deleted:
+                return
+            if not pod["spec"].get("schedulingGates") and seen.ungated_at is None:
+                seen.ungated_at = now
+                self._gang_done(key, self.gang_ungated, now, lambda p: p.ungated_at is not None)
             node = pod["spec"].get("nodeName") or ""
-            if node and seen.bound_at is None and not deleted:
+            if node and seen.bound_at is None:
                 seen.node, seen.bound_at = node, now
-                key = (seen.job, seen.attempt)
-                bound = sum(
-                    1
-                    for p in self.pods.values()
-                    if (p.job, p.attempt) == key and p.bound_at is not None
-                )
-                if bound >= seen.workers and key not in self.gang_bound:
-                    self.gang_bound[key] = now
+                self._gang_done(key, self.gang_bound, now, lambda p: p.bound_at is not None)
+
+    def _gang_done(
+        self, key: Gang, into: dict[Gang, float], now: float, done: Callable[[PodSeen], bool]
+    ) -> None:
+        """Record `now` for the gang `key` the first time all its workers are `done`."""
+        if key in into:
+            return
+        gang = [p for p in self.pods.values() if (p.job, p.attempt) == key]
+        if gang and sum(map(done, gang)) >= gang[0].workers:
+            into[key] = now
 
     def _run(self) -> None:
         rv = ""
@@ -502,6 +577,24 @@ class Watcher:
             times = [t for (j, a), t in self.gang_bound.items() if j == job and a > attempt_above]
         return min(times) if times else None
 
+    def phases(self, job: str, attempt_above: int) -> tuple[float, float, float, int] | None:
+        """For the first gang of `job` after `attempt_above` that got bound: when all its
+        workers existed, were ungated and were bound, and its attempt."""
+        with self.lock:
+            gangs = sorted(
+                (t, a) for (j, a), t in self.gang_bound.items() if j == job and a > attempt_above
+            )
+            if not gangs:
+                return None
+            bound, attempt = gangs[0]
+            key = (job, attempt)
+            return (
+                self.gang_created.get(key, math.nan),
+                self.gang_ungated.get(key, math.nan),
+                bound,
+                attempt,
+            )
+
     def running_workers(self) -> list[PodSeen]:
         with self.lock:
             return [p for p in self.pods.values() if p.bound_at is not None]
@@ -521,6 +614,49 @@ def pctl(values: list[float], q: int, total: int) -> float:
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+@dataclass
+class PhaseSplit:
+    """Seconds from the start (job applied, node deleted) until every worker of the gang
+    that got bound first existed, had its gate lifted and was bound; per job, for the jobs
+    that got bound. `replanned`: jobs whose first bound gang was not the first one tried."""
+
+    created: list[float] = field(default_factory=list)
+    ungated: list[float] = field(default_factory=list)
+    bound: list[float] = field(default_factory=list)
+    replanned: int = 0
+
+    def row(self, what: str) -> tuple[str, str]:
+        def p(values: list[float]) -> str:
+            ok = [v for v in values if v == v]
+            return f"{fmt(pctl(ok, 50, len(ok)))} / {fmt(pctl(ok, 99, len(ok)))}"
+
+        return (
+            f"{what}: start -> created / -> ungated / -> bound, p50 / p99 (s)",
+            f"{p(self.created)}; {p(self.ungated)}; {p(self.bound)}",
+        )
+
+
+def phase_split(watcher: Watcher, starts: Mapping[str, tuple[float, int]]) -> PhaseSplit:
+    """`starts`: job -> (when its clock started, the last attempt before that)."""
+    out = PhaseSplit()
+    first_attempt: dict[str, int] = {}
+    with watcher.lock:
+        for p in watcher.pods.values():
+            first_attempt[p.job] = min(first_attempt.get(p.job, p.attempt), p.attempt)
+    for job, (start, before) in starts.items():
+        got = watcher.phases(job, before)
+        if got is None:
+            continue
+        created, ungated, bound, attempt = got
+        out.created.append(created - start)
+        out.ungated.append(ungated - start)
+        out.bound.append(bound - start)
+        # The first gang after `before`: attempt before+1, or the job's first when unknown.
+        expected = before + 1 if before >= 0 else first_attempt.get(job, attempt)
+        out.replanned += attempt > expected
+    return out
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float) -> bool:
@@ -602,6 +738,7 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
             )  # fmt: skip
 
         before_apply = apiserver_counts(c)
+        cpu_apply = cpu_snapshot(c, op.proc.pid)
         t_apply = time.monotonic()
         in_parallel(apply, jobs)
         print(f"{args.jobs} jobs ({gpus_asked} GPUs) applied in "
@@ -613,7 +750,10 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
             args.timeout,
         )
         bound = {n: b - applied[n] for n in names if (b := watcher.bound_after(n, -1)) is not None}
+        bound_phases = phase_split(watcher, {n: (applied[n], -1) for n in names})
         after_bound = apiserver_counts(c)
+        cpu_bound = cpu_snapshot(c, op.proc.pid)
+        bound_wall = time.monotonic() - t_apply
         print(f"{len(bound)}/{len(names)} jobs bound", flush=True)
 
         # Steady: every job running, nothing changing. What the operator sends now is its
@@ -651,6 +791,7 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
             for j, a in attempts.items()
             if (b := watcher.bound_after(j, a)) is not None
         }
+        rebound_phases = phase_split(watcher, {j: (deleted_at[j], a) for j, a in attempts.items()})
         result = {
             "nodes": args.nodes,
             "jobs": args.jobs,
@@ -658,10 +799,14 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
             "bound": sorted(bound.values()),
             "unbound": len(names) - len(bound),
             "rebound": sorted(rebound.values()),
+            "bound_phases": bound_phases,
+            "rebound_phases": rebound_phases,
             "not_rebound": len(attempts) - len(rebound),
             "steady_s": args.steady,
             "steady": steady,
             "bound_phase": after_bound - before_apply,
+            "bound_wall_s": bound_wall,
+            "bound_cpu": {k: cpu_bound[k] - cpu_apply[k] for k in cpu_apply},
             "rss_mib": op.peak_rss_mib(),
         }
     finally:
@@ -740,12 +885,24 @@ def main() -> int:
         ("nodes deleted / jobs not bound again", f"{len(rebound) + r['not_rebound']} / "
          f"{r['not_rebound']}"),
         ("rebound p50 / p99 (s)", f"{r50} / {r99}"),
+        r["bound_phases"].row("bound"),
+        ("bound: jobs whose first gang was planned again", f"{r['bound_phases'].replanned}"),
+        r["rebound_phases"].row("rebound"),
+        ("rebound: jobs planned again more than once", f"{r['rebound_phases'].replanned}"),
         ("operator requests, apply -> all bound", f"{phase.operator_requests:.0f}"),
         ("operator LISTs, apply -> all bound", f"{phase.operator_lists:.0f}"),
         (f"operator LISTs, steady {r['steady_s']:.0f}s", f"{steady.operator_lists:.0f}"),
         (f"operator requests, steady {r['steady_s']:.0f}s", f"{steady.operator_requests:.0f}"),
         (f"all clients' LISTs, steady {r['steady_s']:.0f}s", f"{steady.all_lists:.0f}"),
         ("operator peak RSS (MiB)", f"{r['rss_mib']:.0f}"),
+        ("apiserver mean latency, apply -> all bound (all clients): create pod; patch pod; "
+         "patch job status; bind",
+         "; ".join(phase.mean_ms(v, r) for v, r in (("POST", "pods"), ("PATCH", "pods"),
+                   ("PATCH", "gantrainingjobs/status"), ("POST", "pods/binding")))),
+        ("operator's requests: mean wait in APF queues (ms)",
+         f"{1000 * phase.apf_wait[0] / max(1.0, phase.apf_wait[1]):.1f}"),
+        (f"CPU s, apply -> all bound ({r['bound_wall_s']:.1f} s wall)",
+         ", ".join(f"{k} {v:.1f}" for k, v in r["bound_cpu"].items())),
     ]  # fmt: skip
     for k, v in table:
         print(f"| {k} | {v} |")
