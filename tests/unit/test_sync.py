@@ -1,0 +1,122 @@
+"""One sync of a new job creates its gang and releases it (issue 13): the create answers prove
+every worker exists, so the gates are lifted without waiting for the watch to show the pods
+and the job to come round the queue again. Against a recording fake of kube.Kube."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+from kubegan_operator import controller
+from kubernetes.client.exceptions import ApiException
+
+from tests.unit.cache_world import Indexes
+from tests.unit.nodes import node
+
+
+class FakeKube:
+    """Records requests in order; answers creates as the apiserver would."""
+
+    def __init__(self, conflict: set[str] | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.conflict = conflict or set()
+        self.rv = 10
+
+    def patch_status(
+        self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], rv: Any
+    ) -> dict[str, Any]:
+        self.calls.append(("status", new.get("phase", "")))
+        self.rv += 1
+        return {
+            "apiVersion": "kubegan.io/v1alpha1",
+            "kind": "GANTrainingJob",
+            "metadata": {"name": name, "namespace": namespace, "uid": "uid-g",
+                         "resourceVersion": str(self.rv), "generation": 1},
+            "spec": JOB["spec"],
+            "status": new,
+        }  # fmt: skip
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        name = obj["metadata"]["name"]
+        self.calls.append(("create", name))
+        if name in self.conflict:
+            return None
+        return copy.deepcopy(obj)
+
+    def lift_gates(self, namespace: str, name: str) -> None:
+        self.calls.append(("lift", name))
+
+    def delete_pod(self, namespace: str, name: str, force: bool) -> None:
+        self.calls.append(("delete", name))
+
+    def event(self, *args: Any) -> None:
+        pass
+
+
+JOB: dict[str, Any] = {
+    "apiVersion": "kubegan.io/v1alpha1",
+    "kind": "GANTrainingJob",
+    "metadata": {
+        "name": "g",
+        "namespace": "ns",
+        "uid": "uid-g",
+        "resourceVersion": "1",
+        "generation": 1,
+    },
+    "spec": {
+        "framework": "pytorch",
+        "model": {"name": "dcgan"},
+        "data": {"source": "synthetic"},
+        "resources": {"gpus": 16},
+    },
+}
+
+
+def sync(kube: FakeKube) -> controller.Controller:
+    idx = Indexes()
+    for i in range(3):
+        idx.add_node(node(f"n{i}"))
+    idx.add_job(copy.deepcopy(JOB))
+    ctl = controller.Controller(kube=kube, read_progress=False)
+    ctl.attach(idx.indices())
+
+    async def run() -> None:
+        await ctl.sync(("ns", "g"))
+        ctl._event_executor.shutdown(wait=True)
+        ctl._executor.shutdown(wait=True)
+
+    asyncio.run(run())
+    return ctl
+
+
+def test_a_new_gang_is_created_and_released_in_one_sync() -> None:
+    kube = FakeKube()
+    sync(kube)
+    workers = ["g-worker-0", "g-worker-1"]
+    assert kube.calls[0] == ("status", "Pending")  # the plan, before any pod
+    assert sorted(n for c, n in kube.calls[1:5] if c == "create") == ["g", "g-config", *workers]
+    assert kube.calls[5] == ("status", "Pending")  # released, before any gate is lifted
+    assert sorted(kube.calls[6:]) == [("lift", w) for w in workers]
+
+
+def test_a_worker_that_already_existed_waits_for_the_watch() -> None:
+    kube = FakeKube(conflict={"g-worker-1"})
+    ctl = sync(kube)
+    assert not any(c == "lift" for c, _ in kube.calls)
+    # ... which shows it: the expectations hold the job until then.
+    assert ctl.expectations.pending(("ns", "g"), []) is not None
+
+
+def test_a_refused_worker_is_not_released() -> None:
+    class Refusing(FakeKube):
+        def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+            if obj["metadata"]["name"] == "g-worker-1":
+                raise ApiException(status=500, reason="boom")
+            return super().create(obj)
+
+    kube = Refusing()
+    with pytest.raises(ApiException):  # the worker loop retries it with a backoff
+        sync(kube)
+    assert not any(c == "lift" for c, _ in kube.calls)
