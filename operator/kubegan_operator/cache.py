@@ -23,17 +23,21 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from kubegan_operator.names import JOB_NAME_LABEL
 from kubegan_operator.reconcile import parse_time
+from kubegan_operator.replan import PinnedWorker, unbindable
 from kubegan_operator.topology import (
+    PLANNED_NODE_ANNOTATION,
     Inventory,
     NodeInfo,
     PodUsage,
     assemble_inventory,
     node_capacity,
     pod_usage,
+    with_usage,
 )
 
 JobKey = tuple[str, str]  # (namespace, name)
@@ -279,6 +283,38 @@ class View:
             exclude_job=exclude_job,
             problems=[e.problem for e in entries if e.problem],
         )
+
+    def unbindable(self, key: JobKey, pods: Iterable[Mapping[str, Any]]) -> str | None:
+        """Why a worker of the job's that is not bound yet can no longer be bound on its
+        planned node (replan.unbindable), from the indexes; None when each still can."""
+        workers: list[PinnedWorker] = []
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            planned = (meta.get("annotations") or {}).get(PLANNED_NODE_ANNOTATION)
+            if not planned or (pod.get("spec") or {}).get("nodeName"):
+                continue
+            if meta.get("deletionTimestamp"):
+                continue
+            name = meta.get("name", "")
+            usage = next((u for u in self.usage.get(planned) or () if u.name == name), None)
+            workers.append(PinnedWorker(name, planned, usage.requests if usage else {}))
+        if not workers:
+            return None
+        nodes: dict[str, NodeInfo | None] = {}
+        for name in {w.node for w in workers}:
+            entry = _one(self.nodes.get(name))
+            if entry is None:
+                continue  # gone
+            if entry.capacity is None:
+                nodes[name] = None
+                continue
+            used: dict[str, Decimal] = {}
+            for u in self.usage.get(name) or ():
+                if u.bound and (u.namespace, u.job) != key:
+                    for resource, amount in u.requests.items():
+                        used[resource] = used.get(resource, Decimal(0)) + amount
+            nodes[name] = with_usage(entry.capacity, used)
+        return unbindable(workers, nodes)
 
     def jobs_on(self, node: str) -> set[JobKey]:
         """Jobs with a worker holding resources on `node`."""

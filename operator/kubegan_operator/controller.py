@@ -283,6 +283,7 @@ class Controller:
                 have_config_map="ConfigMap" in made
                 or view.has("ConfigMap", (namespace, config_map_name(name))),
                 progress=progress,
+                unbindable=view.unbindable(key, pods),
             )
             # Before anything is awaited: the next plan on this loop counts these workers.
             self._expect(key, d)

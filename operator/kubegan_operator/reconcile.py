@@ -189,6 +189,8 @@ class Context:
     have_config_map: bool
     st: GANTrainingJobStatus  # the new status, written by the steps
     d: Decision = field(default_factory=Decision)
+    # Why an unbound worker can no longer be bound on its planned node (replan.py), if so.
+    unbindable: str | None = None
 
     @cached_property
     def workers(self) -> list[WorkerState]:
@@ -245,8 +247,10 @@ def reconcile(
     have_service: bool,
     have_config_map: bool,
     progress: ProgressUpdate | None = None,
+    unbindable: str | None = None,
 ) -> Decision:
-    """`progress` is what worker 0's metrics said, when they could be read."""
+    """`progress` is what worker 0's metrics said, when they could be read; `unbindable`
+    why a worker not bound yet can no longer be bound where it was planned (replan.py)."""
     try:
         job = GANTrainingJob.model_validate(
             {k: raw.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
@@ -271,6 +275,7 @@ def reconcile(
         have_service=have_service,
         have_config_map=have_config_map,
         st=st,
+        unbindable=unbindable,
     )
     for step in STEPS:
         if step(ctx):
@@ -514,20 +519,29 @@ def gang_running(c: Context) -> bool:
 
 
 def gang_waiting(c: Context) -> bool:
-    """Released, not all bound yet: say why; plan again when it has waited too long."""
+    """Released, not all bound yet: say why; plan again when a worker can no longer be
+    bound where it was planned, or when the gang has waited too long."""
     st = c.st
     waiting = [w for w in c.workers if w.outcome == Outcome.pending and w.detail]
     released = parse_time(st.released_at)
-    if waiting and released and (c.now - released).total_seconds() > REPLAN_AFTER_SECONDS:
-        # Part of the gang could not be bound for minutes (capacity went elsewhere since the
-        # plan): start the gang again from a fresh plan. Nobody failed: count nothing.
-        why = f"{waiting[0].name}: {waiting[0].detail}"
+    # Released by an earlier reconcile (not by this one, whose gate lifts are still to go out).
+    earlier = released is not None and st.released_attempt == st.attempt and not c.d.lift_gates
+    stale = c.unbindable if earlier else None
+    if stale or (
+        waiting and released and (c.now - released).total_seconds() > REPLAN_AFTER_SECONDS
+    ):
+        # The plan went stale: its node is gone or full (at once), or the scheduler could not
+        # bind part of the gang for minutes. Start the gang again from a fresh plan. Nobody
+        # failed: count nothing.
+        why = stale or f"{waiting[0].name}: {waiting[0].detail}"
         st.attempt += 1
         c.condition(ConditionType.unschedulable, True, Reason.replanning, why)
         c.event(
             "Warning",
             Reason.replanning,
-            f"gang not schedulable for {REPLAN_AFTER_SECONDS:.0f}s, planning again ({why})",
+            f"planned node no longer fits, planning again ({why})"
+            if stale
+            else f"gang not schedulable for {REPLAN_AFTER_SECONDS:.0f}s, planning again ({why})",
         )
         c.delete(c.current, "all")
     elif waiting:

@@ -136,8 +136,15 @@ def worker_hosts(job: GANTrainingJob, plan: Plan) -> list[str]:
     return [f"{worker_name(name, i)}.{name}.{ns}.svc:{port}" for i in range(plan.workers)]
 
 
-def node_affinity(job: GANTrainingJob, plan: Plan) -> dict[str, Any]:
-    """Required: the planned pool and the spot policy; preferred: the planned nodes."""
+def node_affinity(job: GANTrainingJob, plan: Plan, node: str | None = None) -> dict[str, Any]:
+    """Required: the planned pool, the spot policy and, given `node`, that node (the one
+    planned for this worker); preferred: the planned nodes.
+
+    A worker is pinned to its planned node because every later plan counts it there: left
+    free to take any node of the pool, the scheduler (which spreads, where the planner packs)
+    put workers on nodes planned for other jobs, whose gangs then could not be bound and
+    waited to be planned again. Pinned, the plan and the scheduler agree; a planned node that
+    goes away or fills up makes the operator plan the gang again at once (replan.py)."""
     base: list[dict[str, Any]] = []
     if plan.pool:
         base.append({"key": plan.pool_label, "operator": "In", "values": [plan.pool]})
@@ -157,9 +164,14 @@ def node_affinity(job: GANTrainingJob, plan: Plan) -> dict[str, Any]:
     else:
         terms = [base]
     affinity: dict[str, Any] = {}
-    if any(terms):
+    # The node by name (a field, not the hostname label, which need not equal the name).
+    pin = [{"key": "metadata.name", "operator": "In", "values": [node]}] if node else []
+    if any(terms) or pin:
         affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
-            "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+            "nodeSelectorTerms": [
+                {**({"matchExpressions": t} if t else {}), **({"matchFields": pin} if pin else {})}
+                for t in terms
+            ]
         }
     if plan.nodes:
         affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
@@ -300,7 +312,7 @@ def render_pod(
     }
     if spec.placement.node_selector:
         pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
-    na = node_affinity(job, plan)
+    na = node_affinity(job, plan, plan.nodes[index] if index < len(plan.nodes) else None)
     if na:
         pod_spec["affinity"]["nodeAffinity"] = na
     meta = _metadata(

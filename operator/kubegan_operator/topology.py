@@ -273,6 +273,7 @@ class PodUsage:
     node: str
     job: str | None  # the kubegan job it belongs to (its label), if any
     requests: Mapping[str, Decimal]
+    bound: bool = True  # False: a kubegan worker counted on its planned node, not bound yet
 
 
 def pod_usage(raw: Mapping[str, Any], index: int = 0) -> PodUsage | str | None:
@@ -294,7 +295,12 @@ def pod_usage(raw: Mapping[str, Any], index: int = 0) -> PodUsage | str | None:
     except ValueError as err:
         return f"{what}: {err}"
     return PodUsage(
-        meta.namespace, meta.name, node_name, (meta.labels or {}).get("kubegan.io/job-name"), req
+        meta.namespace,
+        meta.name,
+        node_name,
+        (meta.labels or {}).get("kubegan.io/job-name"),
+        req,
+        bound=bool(spec.node_name),
     )
 
 

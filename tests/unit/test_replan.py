@@ -1,0 +1,155 @@
+"""A released gang whose planned node can no longer take a worker is planned again at once
+(issue 13): workers are pinned to their planned nodes, so the scheduler will not put them
+anywhere else, and waiting REPLAN_AFTER_SECONDS would only be lost time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from kubegan_operator import cache
+from kubegan_operator.api import GANTrainingJob
+from kubegan_operator.planner import Plan
+from kubegan_operator.reconcile import REPLAN_AFTER_SECONDS, reconcile
+from kubegan_operator.render import render_pod
+from kubegan_operator.replan import PinnedWorker, unbindable
+from kubegan_operator.topology import NodeInfo, node_capacity
+
+from tests.unit.cache_world import Indexes, pod_body
+from tests.unit.nodes import node
+from tests.unit.test_reconcile import PLAN, T0, World, job
+
+GPUS = {"nvidia.com/gpu": Decimal(8)}
+
+
+def info(name: str, **kw: Any) -> NodeInfo:
+    got = node_capacity(node(name, **kw))
+    assert isinstance(got, NodeInfo)
+    return got
+
+
+def test_every_planned_node_still_fits() -> None:
+    workers = [PinnedWorker("g-worker-0", "n0", GPUS), PinnedWorker("g-worker-1", "n1", GPUS)]
+    assert unbindable(workers, {"n0": info("n0"), "n1": info("n1")}) is None
+
+
+@pytest.mark.parametrize(
+    ("nodes", "why"),
+    [
+        ({}, "g-worker-0: its planned node n0 is gone"),
+        ({"n0": info("n0", ready=False)}, "g-worker-0: its planned node n0 is NotReady"),
+        ({"n0": info("n0", cordoned=True)}, "g-worker-0: its planned node n0 is cordoned"),
+        (
+            {"n0": info("n0", gpus=4)},
+            "g-worker-0: its planned node n0 has 4 nvidia.com/gpu free, needs 8",
+        ),
+        (
+            {"n0": info("n0", memory="1Gi")},
+            "g-worker-0: its planned node n0 has 1073741824 memory free, needs 2147483648",
+        ),
+    ],
+)
+def test_a_planned_node_that_cannot_take_its_worker(nodes: dict[str, NodeInfo], why: str) -> None:
+    requests = {**GPUS, "memory": Decimal(2**31)}
+    assert unbindable([PinnedWorker("g-worker-0", "n0", requests)], nodes) == why
+
+
+def test_an_unreadable_node_is_left_to_the_timer() -> None:
+    assert unbindable([PinnedWorker("g-worker-0", "n0", GPUS)], {"n0": None}) is None
+
+
+def test_the_view_counts_only_pods_bound_by_other_jobs() -> None:
+    idx = Indexes()
+    view = cache.View(
+        jobs=idx.jobs,
+        nodes=idx.nodes,
+        usage=idx.usage,
+        job_pods=idx.job_pods,
+        services=idx.services,
+        config_maps=idx.config_maps,
+        expectations=cache.Expectations(),
+    )
+    key = ("ns", "g")
+    idx.add_node(node("n0"))
+    mine = pod_body("g", 0)
+    mine["metadata"]["annotations"] = {"kubegan.io/planned-node": "n0"}
+    idx.add_pod(mine)
+    assert view.unbindable(key, view.pods(key)) is None
+    # Another job's worker planned on n0 but not bound: whoever is bound first keeps it.
+    theirs = pod_body("h", 0)
+    theirs["metadata"]["annotations"] = {"kubegan.io/planned-node": "n0"}
+    idx.add_pod(theirs)
+    assert view.unbindable(key, view.pods(key)) is None
+    idx.add_pod(pod_body("h", 0, node="n0"))  # bound there now
+    assert view.unbindable(key, view.pods(key)) == (
+        "g-worker-0: its planned node n0 has 0 nvidia.com/gpu free, needs 8"
+    )
+    idx.nodes.drop(node("n0"))
+    assert view.unbindable(key, view.pods(key)) == "g-worker-0: its planned node n0 is gone"
+    # Bound workers are the scheduler's business no more.
+    idx.add_pod(pod_body("g", 0, node="n1"))
+    assert view.unbindable(key, view.pods(key)) is None
+
+
+def test_workers_are_pinned_to_their_planned_nodes() -> None:
+    spec = GANTrainingJob.model_validate(job())
+    for i in range(2):
+        terms = render_pod(spec, PLAN, i)["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert terms and all(
+            t["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": [f"n{i}"]}]
+            for t in terms
+        )
+    # Without planned nodes (kubegan run, a static plan) nothing is pinned.
+    static = Plan(True, workers=1, gpus_per_worker=0, strategy="mirrored")
+    assert "nodeAffinity" not in render_pod(spec, static, 0)["spec"]["affinity"]
+
+
+def test_a_released_gang_whose_node_went_away_is_planned_again_at_once() -> None:
+    w = World(job())
+    w.step()
+    w.step()  # gates lifted
+    d = w.step(1)  # waiting for the scheduler, nothing wrong yet
+    assert w.status["attempt"] == 0 and not d.delete_pods
+    d = _step(w, "g-worker-1: its planned node n1 is gone")
+    assert w.status["attempt"] == 1
+    assert w.condition("Unschedulable")["reason"] == "Replanning"
+    assert "n1 is gone" in w.condition("Unschedulable")["message"]
+    assert sorted(n for n, _ in d.delete_pods) == ["g-worker-0", "g-worker-1"]
+    assert (w.status["restarts"], w.status["preemptions"]) == (0, 0)
+    assert (w.now - T0).total_seconds() < REPLAN_AFTER_SECONDS
+    d = w.step()  # the old gang is gone: planned afresh
+    assert len(d.create) == 2 and w.plans_made == 2
+
+
+def test_a_gang_not_released_yet_is_not_replanned() -> None:
+    w = World(job())
+    w.step()  # created, gated: the release lifts the gates first
+    d = _step(w, "g-worker-1: its planned node n1 is gone")
+    assert sorted(d.lift_gates) == ["g-worker-0", "g-worker-1"]
+    assert w.status["attempt"] == 0
+
+
+def _step(w: World, why: str) -> Any:
+    """World.step with the controller's answer to `unbindable`."""
+    w.now += timedelta(seconds=1)
+    d = reconcile(
+        w.job,
+        list(w.pods.values()),
+        w.nodes,
+        w.now,
+        lambda: w.plan,
+        have_service=True,
+        have_config_map=True,
+        unbindable=why,
+    )
+    if d.status is not None:
+        w.job["status"] = d.status
+    for name in d.lift_gates:
+        w.pods[name]["spec"]["schedulingGates"] = []
+    for name, _force in d.delete_pods:
+        w.pods.pop(name, None)
+    return d
