@@ -8,6 +8,7 @@ exit (143); any other non-zero exit is an application failure and counts toward
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -58,6 +59,31 @@ def exit_code(pod: Mapping[str, Any]) -> int | None:
             terminated = (cs.get("state") or {}).get("terminated") or {}
             if "exitCode" in terminated:
                 return int(terminated["exitCode"])
+    return None
+
+
+# The kubelet keeps at most 4 KiB of a termination message; anything longer is not ours.
+TERMINATION_MESSAGE_MAX = 4096
+
+
+def exit_checkpoint(pod: Mapping[str, Any]) -> tuple[int, int, str] | None:
+    """(epochs done, steps into the next, finishedAt) of the checkpoint an ended trainer
+    named in its termination message (kubegan_trainer.termination), if it named one."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != CONTAINER_NAME:
+            continue
+        terminated = (cs.get("state") or {}).get("terminated") or {}
+        message = terminated.get("message")
+        if not isinstance(message, str) or len(message) > TERMINATION_MESSAGE_MAX:
+            return None
+        try:
+            ckpt = json.loads(message).get("checkpoint")
+            epoch, step = ckpt["epoch"], ckpt["step"]
+        except (ValueError, AttributeError, TypeError, KeyError):
+            return None  # not JSON from the trainer: a crash's last output, say
+        if not all(type(v) is int and 0 <= v < 2**31 for v in (epoch, step)):
+            return None
+        return epoch, step, str(terminated.get("finishedAt") or "")
     return None
 
 

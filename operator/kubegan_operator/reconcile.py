@@ -38,7 +38,7 @@ from kubegan_operator.api import (
 from kubegan_operator.loading import validation_problems
 from kubegan_operator.names import ATTEMPT_LABEL, worker_name
 from kubegan_operator.planner import Plan
-from kubegan_operator.podstate import Outcome, WorkerState, classify, is_gated
+from kubegan_operator.podstate import Outcome, WorkerState, classify, exit_checkpoint, is_gated
 from kubegan_operator.progress import ProgressUpdate
 from kubegan_operator.render import render_config_map, render_pod, render_service
 
@@ -262,6 +262,7 @@ def reconcile(
     st = old.model_copy(deep=True)
     st.observed_generation = (raw.get("metadata") or {}).get("generation")
     _record_progress(st, job, progress)
+    _record_exit_checkpoint(st, pods)
     st.cost = st.cost or CostStatus()
     ctx = Context(
         job=job,
@@ -298,6 +299,18 @@ def _record_progress(
         st.last_checkpoint = CheckpointStatus(
             epoch=epoch, step=step, time=now_iso(datetime.fromtimestamp(when, UTC))
         )
+
+
+def _record_exit_checkpoint(st: GANTrainingJobStatus, pods: list[Mapping[str, Any]]) -> None:
+    """A worker stopped by SIGTERM saves a checkpoint and exits before its metrics can be
+    read again; it names that checkpoint in its termination message. Keep the newest."""
+    named = [c for c in map(exit_checkpoint, pods) if c is not None]
+    if not named:
+        return
+    epoch, step, finished = max(named)
+    last = st.last_checkpoint
+    if last is None or (epoch, step) > (last.epoch, last.step):
+        st.last_checkpoint = CheckpointStatus(epoch=epoch, step=step, time=finished)
 
 
 # ---- the steps, in order --------------------------------------------------------------------

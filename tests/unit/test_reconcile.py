@@ -214,6 +214,33 @@ def test_disruptions_count_as_preemptions(how: str) -> None:
     assert ("Warning", "Preempted") in [(t, r) for t, r, _ in d.events]
 
 
+def test_a_stopped_workers_termination_message_names_the_last_checkpoint() -> None:
+    w = running_world()
+    w.end(1, "Failed", code=143)
+    msg = '{"checkpoint": {"epoch": 2, "step": 5, "time": 1.0}}'
+    cs = w.pods["g-worker-1"]["status"]["containerStatuses"][0]["state"]["terminated"]
+    cs.update(message=msg, finishedAt="2026-11-21T12:00:09Z")
+    w.step()
+    assert w.status["lastCheckpoint"] == {"epoch": 2, "step": 5, "time": "2026-11-21T12:00:09Z"}
+    assert w.status["preemptions"] == 1
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Traceback (most recent call last):", '{"checkpoint": {"epoch": -1, "step": 0}}',
+     '{"checkpoint": {"epoch": true, "step": 0}}', '{"checkpoint": [1, 2]}', "[]",
+     '{"checkpoint": {"epoch": 1, "step": 0}}' + " " * 5000],
+)  # fmt: skip
+def test_a_termination_message_not_from_the_trainer_is_ignored(message: str) -> None:
+    w = running_world()
+    w.end(1, "Failed", code=1)
+    w.pods["g-worker-1"]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = (
+        message
+    )
+    w.step()
+    assert "lastCheckpoint" not in w.status
+
+
 def test_max_preemptions() -> None:
     w = running_world(maxPreemptions=0)
     del w.nodes["n1"]

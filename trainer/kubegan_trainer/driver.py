@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kubegan_trainer import testhooks
+from kubegan_trainer import termination, testhooks
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
@@ -172,6 +172,7 @@ class Driver:
             return self._fit()
         finally:
             self.env_hooks.finished(self.b)
+            termination.write(self.last_saved)
 
     def _fit(self) -> int:
         start, self.state = self.b.resume()
