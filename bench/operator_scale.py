@@ -814,12 +814,29 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
             watcher.stop.set()
         if op is not None:
             op.stop()
+        if result:
+            result["throttled"] = client_throttling(c)
         if args.keep_cluster:
             c.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
             c.kubectl("delete", "nodes", "-l", BENCH_LABEL, "--wait=false", check=False)
         else:
             c.down()
     return result
+
+
+def client_throttling(c: Cluster) -> dict[str, int]:
+    """Per control-plane component, how often client-go logged that it held a request back
+    for its own client-side rate limit (QPS/burst): at the default verbosity it logs a wait
+    over 1 s, at most once every 10 s. Nonzero: the local control plane's client settings,
+    not the operator, made someone wait."""
+    out = {}
+    for name in COMPONENTS:
+        log = c.dir / "logs" / f"{name}.log"
+        try:
+            out[name] = log.read_text(errors="replace").count("client-side throttling")
+        except OSError:
+            out[name] = 0
+    return out
 
 
 def fmt(x: float) -> str:
@@ -901,6 +918,8 @@ def main() -> int:
                    ("PATCH", "gantrainingjobs/status"), ("POST", "pods/binding")))),
         ("operator's requests: mean wait in APF queues (ms)",
          f"{1000 * phase.apf_wait[0] / max(1.0, phase.apf_wait[1]):.1f}"),
+        ("client-side throttling over 1 s logged (whole run; at most 1 per 10 s)",
+         ", ".join(f"{k} {v}" for k, v in r["throttled"].items())),
         (f"CPU s, apply -> all bound ({r['bound_wall_s']:.1f} s wall)",
          ", ".join(f"{k} {v:.1f}" for k, v in r["bound_cpu"].items())),
     ]  # fmt: skip
