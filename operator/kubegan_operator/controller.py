@@ -488,38 +488,41 @@ def _node(pod: Mapping[str, Any]) -> str:
 #
 # Index handlers run on every event of their resource; kopf hands the indexes to every handler
 # as keyword arguments named after them (the startup handler gives them to the Controller).
+# They are coroutines although they never await: kopf runs a plain function in its thread
+# pool, and a thread hop per watch event (thousands a minute at scale) cost more than the
+# handler, and queued index updates behind one another in a pool of a few threads.
 # kopf runs no other handler before every index holds its initial listing, so a restarted
 # operator reconciles from complete caches. `dict(body)`: kopf's Body is a read-only view;
 # the strict readers in topology.py take the plain mapping the API sent.
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def kubegan_jobs(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str, Any]]:
+async def kubegan_jobs(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str, Any]]:
     return cache.index_job(dict(body))
 
 
 @kopf.index("", "v1", "nodes")
-def kubegan_nodes(body: kopf.Body, **_: Any) -> dict[str, cache.NodeEntry]:
+async def kubegan_nodes(body: kopf.Body, **_: Any) -> dict[str, cache.NodeEntry]:
     return cache.index_node(dict(body))
 
 
 @kopf.index("", "v1", "pods")
-def kubegan_pod_usage(body: kopf.Body, **_: Any) -> dict[str, PodUsage]:
+async def kubegan_pod_usage(body: kopf.Body, **_: Any) -> dict[str, PodUsage]:
     return cache.index_pod_usage(dict(body))
 
 
 @kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
-def kubegan_job_pods(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str, Any]]:
+async def kubegan_job_pods(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str, Any]]:
     return cache.index_job_pod(dict(body))
 
 
 @kopf.index("", "v1", "services", labels={JOB_NAME_LABEL: kopf.PRESENT})
-def kubegan_services(body: kopf.Body, **_: Any) -> dict[cache.JobKey, bool]:
+async def kubegan_services(body: kopf.Body, **_: Any) -> dict[cache.JobKey, bool]:
     return cache.index_owned(dict(body))
 
 
 @kopf.index("", "v1", "configmaps", labels={JOB_NAME_LABEL: kopf.PRESENT})
-def kubegan_config_maps(body: kopf.Body, **_: Any) -> dict[cache.JobKey, bool]:
+async def kubegan_config_maps(body: kopf.Body, **_: Any) -> dict[cache.JobKey, bool]:
     return cache.index_owned(dict(body))
 
 

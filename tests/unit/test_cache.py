@@ -4,6 +4,7 @@ from making it act twice (issue 13)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -161,9 +162,11 @@ def test_the_index_handlers_read_kopf_bodies() -> None:
     import kopf
     from kubegan_operator import controller
 
-    node = controller.kubegan_nodes(body=kopf.Body(n.node("n0", gpus=8)))["n0"]
+    # Coroutines (kopf would run plain functions in its thread pool, one hop per event).
+    run = asyncio.run
+    node = run(controller.kubegan_nodes(body=kopf.Body(n.node("n0", gpus=8))))["n0"]
     assert node.capacity is not None and node.capacity.gpus == 8 and node.problem is None
-    usage = controller.kubegan_pod_usage(body=kopf.Body(pod_body("a", 0, node="n0")))
+    usage = run(controller.kubegan_pod_usage(body=kopf.Body(pod_body("a", 0, node="n0"))))
     assert usage["n0"].requests["nvidia.com/gpu"] == 8
-    pods = controller.kubegan_job_pods(body=kopf.Body(pod_body("a", 0, node="n0")))
+    pods = run(controller.kubegan_job_pods(body=kopf.Body(pod_body("a", 0, node="n0"))))
     assert pods[("ns", "a")]["spec"]["nodeName"] == "n0"
