@@ -216,6 +216,15 @@ def cluster_env(cluster_dir: Path, base_port: int) -> dict[str, str]:
         "KUBEGAN_ETCD_PORT": str(base_port + 10),
         "KUBEGAN_KCM_PORT": str(base_port + 20),
         "KUBEGAN_SCHEDULER_PORT": str(base_port + 21),
+        # KWOK renews every fake node's Lease itself, 4 at a time by default: at 1000 nodes on
+        # a busy 2-core machine it fell behind and up to half the nodes flapped NotReady,
+        # which restarted running gangs (correctly) and made rebound meaningless. Real
+        # kubelets renew their own Leases; give KWOK more workers and a slower cadence (every
+        # 60 s, NotReady after 150 s without one) so the nodes stay Ready and 1000 renewals
+        # every 10 s do not take the apiserver's CPU from what is measured.
+        "KUBEGAN_KWOK_PARALLELISM": "16",
+        "KUBEGAN_NODE_LEASE_SECONDS": "240",
+        "KUBEGAN_NODE_GRACE": "150s",
     }
 
 

@@ -23,6 +23,10 @@
 #   KUBEGAN_CLUSTER_DIR      state dir (default <repo>/.cluster)
 #   KUBEGAN_NODE_GRACE       kube-controller-manager --node-monitor-grace-period (default 20s)
 #   KUBEGAN_KWOK_STAGES      KWOK stage config (default hack/kwok/stages.yaml)
+#   KUBEGAN_NODE_LEASE_SECONDS  KWOK's node Lease duration; it renews every quarter of it (default 40)
+#   KUBEGAN_KWOK_PARALLELISM KWOK's node Lease and stage workers (default: KWOK's own, 4); with
+#                            1000 fake nodes on a busy machine 4 cannot renew every Lease in time
+#                            and nodes flap NotReady (bench/operator_scale.py sets 16)
 #   KUBEGAN_UP_TIMEOUT       seconds to wait for each component (default 120)
 set -Eeuo pipefail
 trap 'echo "cluster-up.sh: FAILED at line $LINENO: $BASH_COMMAND (logs: $LOGS)" >&2' ERR
@@ -37,6 +41,8 @@ KCM_PORT="${KUBEGAN_KCM_PORT:-10257}"
 SCHEDULER_PORT="${KUBEGAN_SCHEDULER_PORT:-10259}"
 NODE_GRACE="${KUBEGAN_NODE_GRACE:-20s}"
 KWOK_STAGES="${KUBEGAN_KWOK_STAGES:-$HACK_DIR/kwok/stages.yaml}"
+NODE_LEASE_SECONDS="${KUBEGAN_NODE_LEASE_SECONDS:-40}"
+KWOK_PARALLELISM="${KUBEGAN_KWOK_PARALLELISM:-}"
 TIMEOUT="${KUBEGAN_UP_TIMEOUT:-120}"
 SERVICE_CIDR=10.0.0.0/24
 POD_CIDR=10.244.0.0/16
@@ -243,14 +249,26 @@ start_kwok() {
   if pid_alive kwok; then log "kwok: running"; return; fi
   [[ -f "$KWOK_STAGES" ]] || die "missing KWOK stage config $KWOK_STAGES"
   cp -f "$KWOK_STAGES" "$CLUSTER_DIR/kwok-stages.yaml"
+  local configs=(--config="$CLUSTER_DIR/kwok-stages.yaml")
+  if [[ -n "$KWOK_PARALLELISM" ]]; then
+    cat >"$CLUSTER_DIR/kwok-options.yaml" <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  nodeLeaseParallelism: $KWOK_PARALLELISM
+  nodePlayStageParallelism: $KWOK_PARALLELISM
+  podPlayStageParallelism: $KWOK_PARALLELISM
+EOF
+    configs+=(--config="$CLUSTER_DIR/kwok-options.yaml")
+  fi
   local before=0
   [[ -f "$LOGS/kwok.log" ]] && before="$(wc -l <"$LOGS/kwok.log")"
   start_proc kwok "$BIN/kwok" \
     --kubeconfig="$KCFG_DIR/kwok.kubeconfig" \
-    --config="$CLUSTER_DIR/kwok-stages.yaml" \
+    "${configs[@]}" \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-    --cidr="$POD_CIDR" --node-lease-duration-seconds=40
+    --cidr="$POD_CIDR" --node-lease-duration-seconds="$NODE_LEASE_SECONDS"
   # kwok serves no health endpoint here; it logs "Watch nodes" once its informers start.
   kwok_watching() { [[ "$(tail -n "+$((before + 2))" "$LOGS/kwok.log")" == *'"msg":"Watch nodes"'* ]]; }
   wait_for kwok "kwok to start watching nodes" kwok_watching
