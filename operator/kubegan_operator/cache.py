@@ -196,6 +196,10 @@ class Expectations:
             )
             if met or until <= now:
                 del exp.pods[name]
+                if what == "present":
+                    # The watch shows the pod (or never will): its usage is the index's now. A
+                    # reservation left here would count a finished worker's requests forever.
+                    exp.reserved.pop(name, None)
             else:
                 left = until - now if left is None else min(left, until - now)
         return left
