@@ -337,13 +337,21 @@ class Controller:
         namespace, name = key
         old_status = job.get("status") or {}
         written = None
+        lifts = [(namespace, pod) for pod in d.lift_gates]
         # Status first: a restart's counters and new attempt are recorded before any pod of
         # the old gang is deleted, so an operator dying in between neither loses nor repeats it.
+        # A release (gate lifts, nothing created or deleted) is the exception: its status only
+        # records the release, reconcile records it again from the ungated pods if the write
+        # is lost (release_gang), so the lifts go out with it, one round trip sooner.
+        release = bool(lifts) and not d.create and not d.delete_pods
         if d.status is not None:
             rv = job["metadata"].get("resourceVersion")
-            written = await self._run(
-                self.kube.patch_status, namespace, name, old_status, d.status, rv
-            )
+            write = self._run(self.kube.patch_status, namespace, name, old_status, d.status, rv)
+            if release:
+                written, _ = await asyncio.gather(write, self._all(self.kube.lift_gates, lifts))
+                lifts = []
+            else:
+                written = await write
         try:
             answers = await self._all(self.kube.create, [(obj,) for obj in d.create])
         except ApiException as err:
@@ -356,7 +364,7 @@ class Controller:
             if obj.get("kind") == "Pod" and isinstance(answer, Mapping)
             for slim in cache.index_job_pod(answer).values()
         ]
-        await self._all(self.kube.lift_gates, [(namespace, pod) for pod in d.lift_gates])
+        await self._all(self.kube.lift_gates, lifts)
         await self._all(
             self.kube.delete_pod, [(namespace, pod, force) for pod, force in d.delete_pods]
         )

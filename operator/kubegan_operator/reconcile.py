@@ -478,6 +478,12 @@ def release_gang(c: Context) -> bool:
         c.d.lift_gates = [_name(p) for p in c.current if is_gated(p)]
         st.released_attempt = st.attempt
         st.released_at = c.ts
+    elif st.released_attempt != st.attempt:
+        # Every worker is ungated but the release was not recorded: the operator lifts the
+        # gates together with that status write, and the write failed (409) or the operator
+        # died in between. The gang is released; say so now.
+        st.released_attempt = st.attempt
+        st.released_at = c.ts
     return False
 
 

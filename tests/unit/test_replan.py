@@ -153,3 +153,20 @@ def _step(w: World, why: str) -> Any:
     for name, _force in d.delete_pods:
         w.pods.pop(name, None)
     return d
+
+
+def test_a_release_whose_status_write_was_lost_is_recorded_from_the_pods() -> None:
+    """The gates go out with the release's status write; if that write is lost (409, or the
+    operator died), the ungated pods say the gang was released, and a vanished worker then
+    restarts the whole gang rather than being replaced alone."""
+    w = World(job())
+    w.step()
+    w.step()  # gates lifted, release recorded ...
+    lost = w.status
+    del lost["releasedAttempt"], lost["releasedAt"]
+    w.job["status"] = lost  # ... but that write never landed
+    d = w.step()
+    assert w.status["releasedAttempt"] == 0 and not d.create and not d.lift_gates
+    del w.pods["g-worker-1"]
+    d = w.step()
+    assert not d.create and w.status["preemptions"] == 1

@@ -97,8 +97,8 @@ def test_a_new_gang_is_created_and_released_in_one_sync() -> None:
     workers = ["g-worker-0", "g-worker-1"]
     assert kube.calls[0] == ("status", "Pending")  # the plan, before any pod
     assert sorted(n for c, n in kube.calls[1:5] if c == "create") == ["g", "g-config", *workers]
-    assert kube.calls[5] == ("status", "Pending")  # released, before any gate is lifted
-    assert sorted(kube.calls[6:]) == [("lift", w) for w in workers]
+    # The release and the gate lifts go out together.
+    assert sorted(kube.calls[5:]) == [*(("lift", w) for w in workers), ("status", "Pending")]
 
 
 def test_a_worker_that_already_existed_waits_for_the_watch() -> None:
