@@ -495,6 +495,9 @@ class Watcher:
 
     core: Any
     pods: dict[str, PodSeen] = field(default_factory=dict)
+    custom: Any = None  # CustomObjectsApi: the jobs' status says when a gang was planned
+    # (job, attempt) -> when the operator's status said it planned and created that gang
+    gang_planned: dict[Gang, float] = field(default_factory=dict)
     # (job, attempt) -> when its last worker was seen created / ungated / bound
     gang_created: dict[Gang, float] = field(default_factory=dict)
     gang_ungated: dict[Gang, float] = field(default_factory=dict)
@@ -503,7 +506,26 @@ class Watcher:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
-        threading.Thread(target=self._run, daemon=True, name="watch-pods").start()
+        pods = lambda **kw: self.core.list_namespaced_pod(  # noqa: E731
+            NAMESPACE, label_selector=JOB_LABEL, _preload_content=False, **kw
+        )
+        threading.Thread(target=self._run, args=(pods, self._see), daemon=True).start()
+        if self.custom is not None:
+            jobs = lambda **kw: self.custom.list_namespaced_custom_object(  # noqa: E731
+                "kubegan.io", "v1alpha1", NAMESPACE, "gantrainingjobs", _preload_content=False,
+                **kw,
+            )  # fmt: skip
+            threading.Thread(target=self._run, args=(jobs, self._see_job), daemon=True).start()
+
+    def _see_job(self, job: Mapping[str, Any], deleted: bool, now: float) -> None:
+        """The Created condition says "attempt N: ..." once the operator's status write that
+        planned gang N is through (its pods are created right after)."""
+        for cond in (job.get("status") or {}).get("conditions") or []:
+            m = re.match(r"attempt (\d+):", cond.get("message") or "")
+            if cond.get("type") == "Created" and m:
+                with self.lock:
+                    key = (job["metadata"]["name"], int(m.group(1)))
+                    self.gang_planned.setdefault(key, now)
 
     def _see(self, pod: Mapping[str, Any], deleted: bool, now: float) -> None:
         meta = pod["metadata"]
@@ -545,21 +567,20 @@ class Watcher:
         if gang and sum(map(done, gang)) >= gang[0].workers:
             into[key] = now
 
-    def _run(self) -> None:
+    def _run(
+        self, list_: Callable[..., Any], see: Callable[[Mapping[str, Any], bool, float], None]
+    ) -> None:
         rv = ""
         while not self.stop.is_set():
             try:
                 if not rv:
-                    resp = self.core.list_namespaced_pod(
-                        NAMESPACE, label_selector=JOB_LABEL, _preload_content=False
-                    )
-                    data = json.loads(resp.data)
-                    for pod in data["items"]:
-                        self._see(pod, False, time.monotonic())
+                    data = json.loads(list_().data)
+                    for obj in data["items"]:
+                        see(obj, False, time.monotonic())
                     rv = data["metadata"]["resourceVersion"]
-                resp = self.core.list_namespaced_pod(
-                    NAMESPACE, label_selector=JOB_LABEL, watch=True, resource_version=rv,
-                    allow_watch_bookmarks=True, timeout_seconds=120, _preload_content=False,
+                resp = list_(
+                    watch=True, resource_version=rv, allow_watch_bookmarks=True,
+                    timeout_seconds=120,
                 )  # fmt: skip
                 buf = b""
                 for chunk in resp.stream(65536):
@@ -575,7 +596,7 @@ class Watcher:
                             break
                         rv = obj["metadata"].get("resourceVersion", rv)
                         if event["type"] != "BOOKMARK":
-                            self._see(obj, event["type"] == "DELETED", time.monotonic())
+                            see(obj, event["type"] == "DELETED", time.monotonic())
             except Exception as err:  # a dropped stream: list again
                 print(f"watch restarted: {type(err).__name__}: {err}", file=sys.stderr)
                 rv = ""
@@ -586,9 +607,10 @@ class Watcher:
             times = [t for (j, a), t in self.gang_bound.items() if j == job and a > attempt_above]
         return min(times) if times else None
 
-    def phases(self, job: str, attempt_above: int) -> tuple[float, float, float, int] | None:
-        """For the first gang of `job` after `attempt_above` that got bound: when all its
-        workers existed, were ungated and were bound, and its attempt."""
+    def phases(self, job: str, attempt_above: int) -> tuple[float, float, float, float, int] | None:
+        """For the first gang of `job` after `attempt_above` that got bound: when the
+        operator's status said it was planned, when all its workers existed, were ungated and
+        were bound, and its attempt."""
         with self.lock:
             gangs = sorted(
                 (t, a) for (j, a), t in self.gang_bound.items() if j == job and a > attempt_above
@@ -598,6 +620,7 @@ class Watcher:
             bound, attempt = gangs[0]
             key = (job, attempt)
             return (
+                self.gang_planned.get(key, math.nan),
                 self.gang_created.get(key, math.nan),
                 self.gang_ungated.get(key, math.nan),
                 bound,
@@ -627,10 +650,12 @@ def pctl(values: list[float], q: int, total: int) -> float:
 
 @dataclass
 class PhaseSplit:
-    """Seconds from the start (job applied, node deleted) until every worker of the gang
-    that got bound first existed, had its gate lifted and was bound; per job, for the jobs
+    """Seconds from the start (job applied, node deleted) until the operator's status said
+    it planned the gang that got bound first, every worker of it existed, had its gate lifted
+    and was bound; per job, for the jobs
     that got bound. `replanned`: jobs whose first bound gang was not the first one tried."""
 
+    planned: list[float] = field(default_factory=list)
     created: list[float] = field(default_factory=list)
     ungated: list[float] = field(default_factory=list)
     bound: list[float] = field(default_factory=list)
@@ -642,8 +667,8 @@ class PhaseSplit:
             return f"{fmt(pctl(ok, 50, len(ok)))} / {fmt(pctl(ok, 99, len(ok)))}"
 
         return (
-            f"{what}: start -> created / -> ungated / -> bound, p50 / p99 (s)",
-            f"{p(self.created)}; {p(self.ungated)}; {p(self.bound)}",
+            f"{what}: start -> planned / -> created / -> ungated / -> bound, p50 / p99 (s)",
+            f"{p(self.planned)}; {p(self.created)}; {p(self.ungated)}; {p(self.bound)}",
         )
 
 
@@ -658,7 +683,8 @@ def phase_split(watcher: Watcher, starts: Mapping[str, tuple[float, int]]) -> Ph
         got = watcher.phases(job, before)
         if got is None:
             continue
-        created, ungated, bound, attempt = got
+        planned, created, ungated, bound, attempt = got
+        out.planned.append(planned - start)
         out.created.append(created - start)
         out.ungated.append(ungated - start)
         out.bound.append(bound - start)
@@ -721,7 +747,7 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{args.nodes} nodes Ready in {time.monotonic() - t:.1f}s", flush=True)
 
         op = OperatorProcess(c, operator_kubeconfig(c), args.operator_source)
-        watcher = Watcher(core)
+        watcher = Watcher(core, custom=custom)
         watcher.start()
         time.sleep(5)  # the operator's initial LISTs and watches, before anything is measured
 
