@@ -82,7 +82,8 @@ def test_new_workers_hold_their_planned_node_until_the_watch_shows_them() -> Non
 
 def test_a_worker_that_finished_before_the_next_plan_holds_nothing() -> None:
     """Seen on real nodes: three finished workers' reservations still counted 1.5 CPUs on
-    their node, so a later job found no room there."""
+    their node, so a later job found no room there (the gate was lifted in the sync that
+    created them, so the "present" expectation was replaced before the watch met it)."""
     idx = Indexes()
     idx.add_node(n.node("n0", gpus=8))
     v = view(idx)
@@ -93,6 +94,7 @@ def test_a_worker_that_finished_before_the_next_plan_holds_nothing() -> None:
     assert usage is not None and not isinstance(usage, str)
     v.expectations.expect(key, "a-worker-0", "present")
     v.expectations.reserve(key, usage)
+    v.expectations.expect(key, "a-worker-0", "ungated")  # the same sync lifted the gate
     idx.add_pod(worker)
     assert v.expectations.pending(key, v.pods(key)) is None  # the job's sync saw it
     worker["status"] = {"phase": "Succeeded"}
