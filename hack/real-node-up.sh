@@ -193,7 +193,7 @@ setup_cgroups() {  # setup_cgroups <node>: /kubegan/<node> in every v1 hierarchy
 write_node_configs() {  # write_node_configs <i>
   local i="$1" node dir run
   node="$(node_name "$i")"; dir="$(node_dir "$i")"; run="$(node_run_dir "$i")"
-  mkdir -p "$dir"/{containerd,kubelet,cni/net.d,cni/ipam,pki} "$run"
+  mkdir -p "$dir"/{containerd,kubelet,cni/net.d,cni/ipam,pki,pod-logs} "$run"
   chmod 700 "$dir/pki"
   cat >"$dir/containerd.toml" <<TOML
 # containerd for $node (written by hack/real-node-up.sh)
@@ -302,6 +302,9 @@ clusterDomain: cluster.local
 clusterDNS: [$CLUSTER_DNS_IP]
 resolvConf: $dir/resolv.conf
 staticPodPath: ""
+# Each node its own pod log directory: with the shared default (/var/log/pods) one kubelet
+# garbage-collected the logs of pods it did not know, i.e. every other node's.
+podLogsDir: $dir/pod-logs
 registerNode: true
 nodeStatusReportFrequency: 10s
 nodeStatusUpdateFrequency: 10s
