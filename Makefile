@@ -50,9 +50,12 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/kubegan run examples/digits-local.yaml
 
 # The operator at 1000 KWOK nodes / 500 jobs on its own control plane (bench/README.md).
-.PHONY: bench-operator
+.PHONY: bench-operator bench-preemption
 bench-operator: install
 	nice -n 10 $(PY) bench/operator_scale.py --nodes 1000 --jobs 500
+# Spot reclaim on real nodes, measured: its own control plane and 3 real nodes (bench/README.md).
+bench-preemption: install images
+	nice -n 10 $(PY) bench/e2e_preemption.py --runs 3
 
 # --- local control plane (hack/README.md) ---
 .PHONY: cluster-binaries

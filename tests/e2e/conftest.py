@@ -12,8 +12,10 @@ import json
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +166,13 @@ def restricted_namespace(name: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="session")
-def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+@contextmanager
+def real_cluster_up(work_dir: Path, nodes: int = len(REAL_NODES)) -> Iterator[RealCluster]:
+    """A control plane of its own (free ports, `work_dir`/cluster) with `nodes` real nodes and
+    the KWOK GPU fixture nodes; everything is removed on exit, and nothing may be left."""
     assert os.geteuid() == 0, "real nodes need root (network namespaces, mounts, cgroups)"
     assert not leftovers(), f"real nodes already on this machine: {leftovers()}"
-    cluster_dir = tmp_path_factory.mktemp("e2e") / "cluster"
+    cluster_dir = work_dir / "cluster"
     env = dict(
         os.environ,
         KUBEGAN_CLUSTER_DIR=str(cluster_dir),
@@ -177,7 +181,7 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
         KUBEGAN_KCM_PORT=str(free_port()),
         KUBEGAN_SCHEDULER_PORT=str(free_port()),
         KUBECONFIG=str(cluster_dir / "kubeconfig"),
-        REAL_NODES=str(len(REAL_NODES)),
+        REAL_NODES=str(nodes),
     )
     # New nodes get their images from the node image store by hard links: bring it up to
     # date with what `make images` built before the nodes start.
@@ -196,6 +200,12 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
 
 
 @pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    with real_cluster_up(tmp_path_factory.mktemp("e2e")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def images_loaded(real_cluster: RealCluster) -> dict[str, str]:
     """The Dockerfile's images (make images) in every real node's containerd: seeded when the
     node started; load-images checks the digests (and imports whatever differs)."""
@@ -203,15 +213,15 @@ def images_loaded(real_cluster: RealCluster) -> dict[str, str]:
     return {"operator": OPERATOR_IMAGE, **TRAINER_IMAGES}
 
 
-@pytest.fixture(scope="session")
-def operator_release(real_cluster: RealCluster, images_loaded: dict[str, str]) -> str:
+def install_operator(cluster: RealCluster) -> str:
     """The chart, installed with the local images into a `restricted` namespace; the operator
-    runs as its Deployment on a real node with in-cluster config. Returns the release name."""
-    real_cluster.apply(restricted_namespace(OPERATOR_NS), restricted_namespace(JOBS_NS))
+    runs as its Deployment on a real node with in-cluster config (the images must be loaded:
+    `images_loaded`). Returns the release name."""
+    cluster.apply(restricted_namespace(OPERATOR_NS), restricted_namespace(JOBS_NS))
     name = "kubegan"
-    helm = real_cluster.dir / "bin" / "helm"
+    helm = cluster.dir / "bin" / "helm"
     # The preset a user installs with (README: "A real local cluster"); the tag of this build.
-    values_file = real_cluster.dir / "e2e-values.yaml"
+    values_file = cluster.dir / "e2e-values.yaml"
     values_file.write_text(
         yaml.safe_dump({"image": {"tag": IMAGE_TAG}, "trainerImages": TRAINER_IMAGES})
     )
@@ -232,7 +242,92 @@ def operator_release(real_cluster: RealCluster, images_loaded: dict[str, str]) -
             "--timeout",
             "5m",
         ],
-        real_cluster.env,
+        cluster.env,
         timeout=400,
     )
     return name
+
+
+@pytest.fixture(scope="session")
+def operator_release(real_cluster: RealCluster, images_loaded: dict[str, str]) -> str:
+    return install_operator(real_cluster)
+
+
+# ---- the uninterrupted training runs (acceptance 3 of the real-nodes issue; the reference
+# the preemption tests compare their final weights with) -------------------------------------
+
+EPOCHS = {"digits-torch": 10, "digits-tf": 6}
+
+
+def digits_job(name: str, framework: str, epochs: int, **spec: Any) -> dict[str, Any]:
+    """The e2e tier's training job: AC-GAN on the digits, 8 steps per epoch, a fixed seed,
+    two CPU workers (one per real node), checkpoints on the shared claim every epoch."""
+    return {
+        "apiVersion": "kubegan.io/v1alpha1",
+        "kind": "GANTrainingJob",
+        "metadata": {"name": name, "namespace": JOBS_NS},
+        "spec": {
+            "framework": framework,
+            "strategy": "auto",
+            "model": {"name": "acgan", "options": {"imageSize": 16}},
+            "data": {"source": "digits"},
+            "training": {
+                "epochs": epochs,
+                "batchSizePerReplica": 64,
+                "stepsPerEpoch": 8,
+                "seed": 7,
+            },
+            # Each real node reports the whole machine (2 CPUs): half a CPU per worker lets
+            # two jobs run side by side, one worker of each on each node.
+            "resources": {"workers": 2, "gpusPerWorker": 0, "cpu": "500m", "memory": "3Gi"},
+            "placement": {"nodeSelector": REAL_NODE_SELECTOR},
+            "checkpoint": {"claimName": CHECKPOINT_CLAIM, "intervalEpochs": 1, "keep": 2},
+            **spec,
+        },
+    }
+
+
+@dataclass
+class Watched:
+    """What was seen of one job while it ran."""
+
+    epochs_while_running: list[int] = field(default_factory=list)
+    get_lines: list[str] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+@pytest.fixture(scope="session")
+def trained(real_cluster: RealCluster, operator_release: str) -> dict[str, Watched]:
+    """Apply the PyTorch and the TensorFlow job, follow them until they finish, and return
+    what was seen."""
+    jobs = [
+        digits_job(name, framework, EPOCHS[name])
+        for name, framework in (("digits-torch", "pytorch"), ("digits-tf", "tensorflow"))
+    ]
+    real_cluster.apply(*jobs)
+    watched = {j["metadata"]["name"]: Watched() for j in jobs}
+    deadline = time.monotonic() + 1500
+    while time.monotonic() < deadline:
+        table = real_cluster.kubectl("get", "ganjob", "-n", JOBS_NS)
+        for name, seen in watched.items():
+            if seen.final:
+                continue
+            obj = real_cluster.get("ganjob", name, JOBS_NS)
+            status = obj.get("status", {})
+            if status.get("phase") == "Running" and "epoch" in status.get("progress", {}):
+                seen.epochs_while_running.append(status["progress"]["epoch"])
+                seen.get_lines += [ln for ln in table.splitlines() if ln.startswith(name + " ")]
+            if not seen.pods:
+                pods = real_cluster.items("pods", f"-lkubegan.io/job-name={name}", ns=JOBS_NS)
+                if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods):
+                    seen.pods = pods
+            if status.get("phase") in ("Succeeded", "Failed"):
+                seen.final = obj
+                seen.get_lines += [ln for ln in table.splitlines() if ln.startswith(name + " ")]
+        if all(seen.final for seen in watched.values()):
+            return watched
+        time.sleep(2)
+    raise AssertionError(
+        "the jobs did not finish in 25 minutes:\n" + real_cluster.diagnose(JOBS_NS)
+    )

@@ -7,91 +7,21 @@ progress from the trainers' metrics."""
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import (
     CHECKPOINT_CLAIM,
+    EPOCHS,
     JOBS_NS,
-    REAL_NODE_SELECTOR,
     REAL_NODES,
     RealCluster,
+    Watched,
 )
 
 pytestmark = pytest.mark.timeout(1800)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-EPOCHS = {"digits-torch": 10, "digits-tf": 6}
-
-
-def job(name: str, framework: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubegan.io/v1alpha1",
-        "kind": "GANTrainingJob",
-        "metadata": {"name": name, "namespace": JOBS_NS},
-        "spec": {
-            "framework": framework,
-            "strategy": "auto",
-            "model": {"name": "acgan", "options": {"imageSize": 16}},
-            "data": {"source": "digits"},
-            "training": {
-                "epochs": EPOCHS[name],
-                "batchSizePerReplica": 64,
-                "stepsPerEpoch": 8,
-                "seed": 7,
-            },
-            # Each real node reports the whole machine (2 CPUs): half a CPU per worker lets
-            # both jobs run side by side, one worker of each on each node.
-            "resources": {"workers": 2, "gpusPerWorker": 0, "cpu": "500m", "memory": "3Gi"},
-            "placement": {"nodeSelector": REAL_NODE_SELECTOR},
-            "checkpoint": {"claimName": CHECKPOINT_CLAIM, "intervalEpochs": 1, "keep": 2},
-        },
-    }
-
-
-@dataclass
-class Watched:
-    """What was seen of one job while it ran."""
-
-    epochs_while_running: list[int] = field(default_factory=list)
-    get_lines: list[str] = field(default_factory=list)
-    final: dict[str, Any] = field(default_factory=dict)
-    pods: list[dict[str, Any]] = field(default_factory=list)
-
-
-@pytest.fixture(scope="module")
-def trained(real_cluster: RealCluster, operator_release: str) -> dict[str, Watched]:
-    """Apply both jobs, follow them until they finish, and return what was seen."""
-    jobs = [job("digits-torch", "pytorch"), job("digits-tf", "tensorflow")]
-    real_cluster.apply(*jobs)
-    watched = {j["metadata"]["name"]: Watched() for j in jobs}
-    deadline = time.monotonic() + 1500
-    while time.monotonic() < deadline:
-        table = real_cluster.kubectl("get", "ganjob", "-n", JOBS_NS)
-        for name, seen in watched.items():
-            if seen.final:
-                continue
-            obj = real_cluster.get("ganjob", name, JOBS_NS)
-            status = obj.get("status", {})
-            if status.get("phase") == "Running" and "epoch" in status.get("progress", {}):
-                seen.epochs_while_running.append(status["progress"]["epoch"])
-                seen.get_lines += [ln for ln in table.splitlines() if ln.startswith(name + " ")]
-            if not seen.pods:
-                pods = real_cluster.items("pods", f"-lkubegan.io/job-name={name}", ns=JOBS_NS)
-                if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods):
-                    seen.pods = pods
-            if status.get("phase") in ("Succeeded", "Failed"):
-                seen.final = obj
-                seen.get_lines += [ln for ln in table.splitlines() if ln.startswith(name + " ")]
-        if all(seen.final for seen in watched.values()):
-            return watched
-        time.sleep(2)
-    raise AssertionError(
-        "the jobs did not finish in 25 minutes:\n" + real_cluster.diagnose(JOBS_NS)
-    )
 
 
 @pytest.mark.parametrize("name", sorted(EPOCHS))

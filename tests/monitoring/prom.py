@@ -4,6 +4,7 @@ server (Debian package, hack/install-debian-packages.sh) started per test."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -135,3 +136,113 @@ def prometheus(
             proc.kill()
             proc.wait()
         log.close()
+
+
+# ---- the chart's monitors as kubernetes service discovery ---------------------------------
+
+
+def _meta_label(kind: str, key: str) -> str:
+    """Prometheus' name for a Kubernetes label in service discovery (non-word chars -> _)."""
+    return f"__meta_kubernetes_{kind}_label_" + "".join(
+        c if c.isalnum() or c == "_" else "_" for c in key
+    )
+
+
+def _sd(role: str, api: dict[str, Any], namespaces: list[str] | None) -> dict[str, Any]:
+    sd: dict[str, Any] = {"role": role, **api}
+    if namespaces:
+        sd["namespaces"] = {"names": namespaces}
+    return sd
+
+
+def _keep_labels(kind: str, match: dict[str, str]) -> list[dict[str, Any]]:
+    return [
+        {"source_labels": [_meta_label(kind, k)], "regex": re.escape(v), "action": "keep"}
+        for k, v in sorted(match.items())
+    ]
+
+
+def _relabelings(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    return [{names.get(k, k): v for k, v in r.items()} for r in rules]
+
+
+def monitor_scrape_configs(
+    objs: list[dict[str, Any]], api: dict[str, Any], interval: str = "2s"
+) -> list[dict[str, Any]]:
+    """What prometheus-operator generates from the chart's PodMonitor and ServiceMonitor
+    (matchLabels selectors, named ports, the target labels it attaches), pointed at a real
+    apiserver through `api` (api_server, tls_config, authorization). `interval` replaces the
+    monitors' 30 s so a test does not wait minutes."""
+    configs: list[dict[str, Any]] = []
+    for pm in by_kind(objs, "PodMonitor"):
+        spec = pm["spec"]
+        ns = (
+            None
+            if spec["namespaceSelector"].get("any")
+            else spec["namespaceSelector"].get("matchNames")
+        )
+        for i, ep in enumerate(spec["podMetricsEndpoints"]):
+            configs.append(
+                {
+                    "job_name": f"podMonitor/{pm['metadata']['namespace']}/"
+                    f"{pm['metadata']['name']}/{i}",
+                    "honor_labels": ep.get("honorLabels", False),
+                    "metrics_path": ep.get("path", "/metrics"),
+                    "scrape_interval": interval,
+                    "kubernetes_sd_configs": [_sd("pod", api, ns)],
+                    "relabel_configs": [
+                        {
+                            "source_labels": ["__meta_kubernetes_pod_phase"],
+                            "regex": "(Failed|Succeeded)",
+                            "action": "drop",
+                        },
+                        *_keep_labels("pod", spec["selector"]["matchLabels"]),
+                        {
+                            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+                            "regex": re.escape(ep["port"]),
+                            "action": "keep",
+                        },
+                        *_target_labels("pod"),
+                        {"target_label": "endpoint", "replacement": ep["port"]},
+                        *_relabelings(ep.get("relabelings", [])),
+                    ],
+                }
+            )
+    for sm in by_kind(objs, "ServiceMonitor"):
+        spec = sm["spec"]
+        ns = spec["namespaceSelector"].get("matchNames")
+        for i, ep in enumerate(spec["endpoints"]):
+            configs.append(
+                {
+                    "job_name": f"serviceMonitor/{sm['metadata']['namespace']}/"
+                    f"{sm['metadata']['name']}/{i}",
+                    "honor_labels": ep.get("honorLabels", False),
+                    "metrics_path": ep.get("path", "/metrics"),
+                    "scrape_interval": interval,
+                    "kubernetes_sd_configs": [_sd("endpoints", api, ns)],
+                    "relabel_configs": [
+                        *_keep_labels("service", spec["selector"]["matchLabels"]),
+                        {
+                            "source_labels": ["__meta_kubernetes_endpoint_port_name"],
+                            "regex": re.escape(ep["port"]),
+                            "action": "keep",
+                        },
+                        *_target_labels("pod"),
+                        {
+                            "source_labels": ["__meta_kubernetes_service_name"],
+                            "target_label": "service",
+                        },
+                        {"target_label": "endpoint", "replacement": ep["port"]},
+                    ],
+                }
+            )
+    return configs
+
+
+def _target_labels(kind: str) -> list[dict[str, Any]]:
+    return [
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": [f"__meta_kubernetes_{kind}_name"], "target_label": "pod"},
+        {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+    ]

@@ -1,0 +1,191 @@
+"""Spot preemption on real nodes, measured (issue 11). A benchmark, not a test.
+
+It brings up a control plane of its own with three real nodes (tests/e2e's `real_cluster_up`:
+free ports, removed afterwards), loads the images `make images` built, installs the chart with
+the local preset, and then `--runs` times:
+
+1. applies a 2-worker PyTorch DDP digits job (one worker per node; the third node is free),
+2. waits until epoch 2 is under way, then reclaims the node under one worker the way GKE
+   reclaims a spot VM (hack/real-node-reclaim.sh: SIGTERM, `--grace` seconds, node gone),
+3. measures from the reclaim notice (t0):
+   - running_s: until every worker of the next gang is Running,
+   - step_s: until rank 0 trains a step past the checkpoint it resumed from,
+   - lost_steps / lost_s: steps the old gang had trained past the checkpoint the new gang
+     resumed from (work redone), and their time at the run's mean step time,
+4. lets the job finish and brings the reclaimed node back for the next run.
+
+    make bench-preemption                       # = the line below
+    nice -n 10 .venv/bin/python bench/e2e_preemption.py --runs 3
+
+Needs root and `make install images` (as the e2e tier does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.conftest import (  # noqa: E402
+    HACK,
+    JOBS_NS,
+    RealCluster,
+    digits_job,
+    install_operator,
+    real_cluster_up,
+    run,
+)
+from tests.e2e.jobs import Job, Nodes, index_of, resumed_at, victim_node  # noqa: E402
+
+STEPS_PER_EPOCH = 8
+TRANSCRIPTS = ROOT / "bench" / "out" / "e2e_preemption"
+
+
+@dataclass
+class Measured:
+    running_s: float
+    step_s: float
+    lost_steps: int
+    lost_s: float
+    resumed_at: tuple[int, int]
+
+
+def progress(job: Job) -> dict[str, Any]:
+    try:
+        return json.loads((job.output / "progress.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def global_step(epoch1: int, step: int) -> int:
+    """progress.json's (1-based epoch being trained, steps done in it) as steps done."""
+    return (epoch1 - 1) * STEPS_PER_EPOCH + step
+
+
+def new_gang_running(job: Job, attempt: int) -> bool:
+    pods = [
+        p
+        for p in job.pods()
+        if p["metadata"]["labels"].get("kubegan.io/attempt") == str(attempt)
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    return len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods)
+
+
+def watch(cluster: RealCluster, out: Path) -> subprocess.Popen[bytes]:
+    """`kubectl get ganjob -w` into a file: the transcript the README shows."""
+    return subprocess.Popen(
+        [str(cluster.dir / "bin" / "kubectl"), "get", "ganjob", "-n", JOBS_NS, "-w"],
+        env=cluster.env,
+        stdout=out.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def one_run(cluster: RealCluster, nodes: Nodes, name: str, grace: int) -> Measured:
+    job = Job(cluster, digits_job(name, "pytorch", 6)).apply()
+    job.wait("Running", lambda st: st.get("phase") == "Running", 300)
+    job.wait_training(epoch=2, steps=(1, 4))
+    attempt = job.status().get("attempt", 0)
+    victim = victim_node(cluster, job)
+    times = nodes.reclaim(index_of(victim), grace=grace)
+    t0 = times["notice"]
+    stopped = progress(job)  # the old gang's last word: state "stopped" at its last step
+    trained = global_step(stopped.get("epoch", 1), stopped.get("step", 0))
+
+    running_at = step_at = None
+    resume = None
+    deadline = time.time() + 600
+    while time.time() < deadline and step_at is None:
+        if running_at is None and new_gang_running(job, attempt + 1):
+            running_at = time.time()
+        if running_at is not None:
+            if resume is None:
+                log = cluster.kubectl("logs", "-n", JOBS_NS, f"{name}-worker-0", check=False)
+                resume = resumed_at(log)
+            prog = progress(job)
+            if resume is not None and prog.get("state") == "running":
+                done = global_step(prog.get("epoch", 1), prog.get("step", 0))
+                if done > resume[0] * STEPS_PER_EPOCH + resume[1]:
+                    step_at = time.time()
+        time.sleep(0.05)
+    if running_at is None or step_at is None or resume is None:
+        raise SystemExit(f"{name}: the new gang did not train within 600 s: {job.status()}")
+    job.finish()
+    events = cluster.kubectl(
+        "get", "events", "-n", JOBS_NS, "--sort-by=.lastTimestamp",
+        f"--field-selector=involvedObject.name={name}",
+    )  # fmt: skip
+    (TRANSCRIPTS / f"{name}-events.txt").write_text(events)
+    rows = [json.loads(ln) for ln in (job.output / "metrics.jsonl").read_text().splitlines()]
+    step_seconds = statistics.mean(r["epoch_seconds"] / r["steps"] for r in rows if r["steps"])
+    lost = max(0, trained - (resume[0] * STEPS_PER_EPOCH + resume[1]))
+    cluster.kubectl("delete", "ganjob", "-n", JOBS_NS, name, "--wait=false")
+    nodes.up(index_of(victim))
+    return Measured(running_at - t0, step_at - t0, lost, lost * step_seconds, resume)
+
+
+def table(results: list[Measured]) -> str:
+    cols = {
+        "node loss -> new workers Running (s)": [r.running_s for r in results],
+        "node loss -> first new step (s)": [r.step_s for r in results],
+        "steps redone": [float(r.lost_steps) for r in results],
+        "training lost (s)": [r.lost_s for r in results],
+    }
+    lines = ["| measure | min | median | max |", "|---|---:|---:|---:|"]
+    for label, xs in cols.items():
+        lines.append(f"| {label} | {min(xs):.1f} | {statistics.median(xs):.1f} | {max(xs):.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--grace", type=int, default=15, help="graceful shutdown seconds")
+    args = ap.parse_args()
+    if not 1 <= args.runs <= 20 or not 0 <= args.grace <= 120:
+        ap.error("--runs 1..20, --grace 0..120")
+    results: list[Measured] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="kubegan-bench-preemption-") as tmp,
+        real_cluster_up(Path(tmp), nodes=3) as cluster,
+    ):
+        run(["bash", str(HACK / "load-images.sh")], cluster.env, timeout=1200)
+        install_operator(cluster)
+        nodes = Nodes(cluster, {1, 2, 3})
+        TRANSCRIPTS.mkdir(parents=True, exist_ok=True)
+        watcher = watch(cluster, TRANSCRIPTS / "get-ganjob-w.txt")
+        for i in range(args.runs):
+            m = one_run(cluster, nodes, f"bench-reclaim-{i}", args.grace)
+            results.append(m)
+            print(
+                f"run {i + 1}: running {m.running_s:.1f}s, first step {m.step_s:.1f}s, "
+                f"resumed at epoch {m.resumed_at[0]} step {m.resumed_at[1]}, "
+                f"redone {m.lost_steps} step(s) = {m.lost_s:.2f}s",
+                flush=True,
+            )
+        watcher.terminate()
+    print(f"transcripts (kubectl get ganjob -w, events) in {TRANSCRIPTS}")
+    print(table(results))
+    med = statistics.median
+    print(
+        f"e2e-preemption: runs={len(results)} grace_s={args.grace} "
+        f"running_p50_s={med(r.running_s for r in results):.1f} "
+        f"first_step_p50_s={med(r.step_s for r in results):.1f} "
+        f"lost_steps_max={max(r.lost_steps for r in results)} "
+        f"lost_s_max={max(r.lost_s for r in results):.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

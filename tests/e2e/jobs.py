@@ -1,0 +1,260 @@
+"""Driving jobs and nodes on the real-node cluster: the preemption tests and
+bench/e2e_preemption.py share these (a node reclaimed like a spot VM, a replacement node, a job
+followed from apply to its end through its status, pods, logs and its shared volume)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tests.e2e.conftest import (
+    CHECKPOINT_CLAIM,
+    HACK,
+    JOBS_NS,
+    OPERATOR_NS,
+    REAL_NODES,
+    RealCluster,
+)
+
+OPERATOR_SELECTOR = "-lapp.kubernetes.io/name=kubegan-operator"
+GRACE_SECONDS = 15  # what GKE's graceful node shutdown gives non-system pods
+RESUMED = re.compile(r"resumed from epoch (\d+)(?:, step (\d+) of epoch \d+)?")
+
+
+def index_of(node: str) -> int:
+    return int(node.rsplit("-", 1)[1])
+
+
+class Nodes:
+    """Real nodes added and taken away by the scenarios; `restore` puts REAL_NODES back."""
+
+    def __init__(self, cluster: RealCluster, up: set[int] | None = None) -> None:
+        self.cluster = cluster
+        self.up_indices = set(up) if up is not None else {index_of(n) for n in REAL_NODES}
+
+    def _hack(self, script: str, *args: str, timeout: float = 600) -> str:
+        proc = subprocess.run(
+            ["bash", str(HACK / script), *args],
+            env=self.cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert proc.returncode == 0, f"{script} {' '.join(args)}: {proc.stderr[-3000:]}"
+        return proc.stdout
+
+    def up(self, i: int) -> None:
+        self._hack("real-node-up.sh", str(i))
+        self.up_indices.add(i)
+        wait_until(
+            f"kubegan-real-{i} Ready",
+            lambda: node_ready(self.cluster, f"kubegan-real-{i}"),
+            timeout=180,
+        )
+
+    def reclaim(self, i: int, grace: int = GRACE_SECONDS) -> dict[str, float]:
+        """hack/real-node-reclaim.sh: SIGTERM with a grace period, then the node is gone.
+        Returns the unix time of each phase (notice, stopped, marked, gone)."""
+        out = self._hack("real-node-reclaim.sh", str(i), "--grace", str(grace))
+        self.up_indices.discard(i)
+        return {k: float(v) for k, v in (ln.split() for ln in out.splitlines() if ln.strip())}
+
+    def restore(self) -> None:
+        for i in sorted(self.up_indices - {index_of(n) for n in REAL_NODES}):
+            self._hack("real-node-down.sh", str(i))
+            self.up_indices.discard(i)
+        for n in REAL_NODES:
+            if index_of(n) not in self.up_indices:
+                self.up(index_of(n))
+
+
+def node_ready(cluster: RealCluster, name: str) -> bool:
+    out = cluster.kubectl("get", "node", name, "-o", "json", check=False)
+    if not out:
+        return False
+    conditions = json.loads(out)["status"].get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@dataclass
+class Run:
+    """One job followed from apply to its end."""
+
+    name: str
+    final: dict[str, Any] = field(default_factory=dict)
+    checkpoints_seen: set[tuple[int, int]] = field(default_factory=set)
+    epochs_seen: list[int] = field(default_factory=list)
+    worker_uids: set[str] = field(default_factory=set)
+    most_pods: int = 0
+
+
+class Job:
+    def __init__(self, cluster: RealCluster, obj: dict[str, Any]) -> None:
+        self.cluster, self.obj = cluster, obj
+        self.name = obj["metadata"]["name"]
+        self.out: Path | None = None
+        self.run = Run(self.name)
+
+    def apply(self) -> Job:
+        self.cluster.apply(self.obj)
+        return self
+
+    @property
+    def output(self) -> Path:
+        """The job's directory on the shared checkpoint volume (a directory on this host)."""
+        if self.out is None:
+            self.out = self.cluster.claim_dir(CHECKPOINT_CLAIM, JOBS_NS) / self.name
+        return self.out
+
+    def status(self) -> dict[str, Any]:
+        return self.cluster.get("ganjob", self.name, JOBS_NS).get("status", {})
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.cluster.items("pods", f"-lkubegan.io/job-name={self.name}", ns=JOBS_NS)
+
+    def observe(self) -> dict[str, Any]:
+        st = self.status()
+        last = st.get("lastCheckpoint")
+        if last:
+            self.run.checkpoints_seen.add((last["epoch"], last["step"]))
+        if st.get("phase") == "Running" and "epoch" in st.get("progress", {}):
+            self.run.epochs_seen.append(st["progress"]["epoch"])
+        pods = [p for p in self.pods() if not p["metadata"].get("deletionTimestamp")]
+        self.run.most_pods = max(self.run.most_pods, len(pods))
+        self.run.worker_uids |= {p["metadata"]["uid"] for p in pods}
+        return st
+
+    def wait(self, what: str, check: Callable[[dict[str, Any]], Any], timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.observe()
+            value = check(st)
+            if value:
+                return value
+            if st.get("phase") == "Failed":
+                raise AssertionError(f"{self.name} failed: {json.dumps(st, indent=1)}")
+            time.sleep(1)
+        raise AssertionError(
+            f"{self.name}: timed out after {timeout:.0f}s waiting for {what}; status "
+            f"{json.dumps(self.status(), indent=1)}\n{self.cluster.diagnose(JOBS_NS)}"
+        )
+
+    def wait_training(self, epoch: int, steps: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Until rank 0's progress file says epoch `epoch` (1-based) is being trained, at a
+        step within `steps` when given (read often: the trainer updates it every 0.25 s)."""
+        path = self.output / "progress.json"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            try:
+                prog = json.loads(path.read_text())
+            except (OSError, ValueError):
+                prog = {}
+            if prog.get("state") == "running" and prog.get("epoch", 0) >= epoch:
+                lo, hi = steps or (0, 10**9)
+                if prog["epoch"] > epoch and steps is None:
+                    return prog
+                if prog["epoch"] == epoch and lo <= prog.get("step", 0) <= hi:
+                    return prog
+                if prog["epoch"] > epoch:
+                    raise AssertionError(f"{self.name}: missed epoch {epoch} steps {steps}: {prog}")
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name}: never reached epoch {epoch}: {self.status()}")
+
+    def finish(self, timeout: float = 900) -> dict[str, Any]:
+        self.run.final = self.wait(
+            "the end", lambda st: st if st.get("phase") == "Succeeded" else None, timeout
+        )
+        return self.run.final
+
+    def worker_nodes(self) -> dict[int, str]:
+        return {
+            int(p["metadata"]["labels"]["kubegan.io/worker-index"]): p["spec"].get("nodeName", "")
+            for p in self.pods()
+            if not p["metadata"].get("deletionTimestamp")
+        }
+
+    def log(self, index: int) -> str:
+        return self.cluster.kubectl("logs", "-n", JOBS_NS, f"{self.name}-worker-{index}")
+
+    def checkpoints(self) -> list[tuple[int, int]]:
+        found = []
+        for p in (self.output / "checkpoints").glob("ckpt-*"):
+            _, epoch, step = p.name.split("-")
+            found.append((int(epoch), int(step)))
+        return sorted(found)
+
+    def events(self) -> list[dict[str, Any]]:
+        out = self.cluster.kubectl(
+            "get", "events", "-n", JOBS_NS,
+            f"--field-selector=involvedObject.name={self.name},involvedObject.kind=GANTrainingJob",
+            "-o", "json",
+        )  # fmt: skip
+        return json.loads(out)["items"]
+
+
+def operator_node(cluster: RealCluster) -> str:
+    pods = [
+        p
+        for p in cluster.items("pods", OPERATOR_SELECTOR, ns=OPERATOR_NS)
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    return pods[0]["spec"]["nodeName"]
+
+
+def victim_node(cluster: RealCluster, job: Job) -> str:
+    """A node with one of the job's workers and not the operator (its loss is the job's
+    alone; losing the operator's node is the operator-killed scenario)."""
+    mine = operator_node(cluster)
+    candidates = sorted(n for n in job.worker_nodes().values() if n and n != mine)
+    assert candidates, f"every worker shares the operator's node {mine}: {job.worker_nodes()}"
+    return candidates[0]
+
+
+def final_weights(out: Path, epochs: int) -> dict[str, Any]:
+    """The networks and optimizer states of the last checkpoint (data only: weights_only)."""
+    path = out / "checkpoints" / f"ckpt-{epochs:06d}-{0:08d}" / "state.pt"
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    return {
+        k: payload[k]
+        for k in ("generator", "discriminator", "opt_g", "opt_d", "global_step", "position")
+    }
+
+
+def assert_bitwise_equal(a: Any, b: Any, where: str = "") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, where
+        assert torch.equal(a, b), f"{where}: differs (max |a-b| {(a - b).abs().max().item()})"
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {a.keys()} vs {b.keys()}"
+        for k in a:
+            assert_bitwise_equal(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_bitwise_equal(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} vs {b!r}"
+
+
+def resumed_at(log: str) -> tuple[int, int] | None:
+    m = RESUMED.search(log)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None

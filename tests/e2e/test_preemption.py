@@ -1,0 +1,234 @@
+"""Spot preemption end to end on real nodes (issue 11): a node reclaimed the way GKE reclaims a
+spot VM, a drain, an application failure, the operator pod killed, and a job without a
+checkpoint volume. Every job here is applied with kubectl and runs in the images on the real
+nodes; the operator is the chart's Deployment.
+
+The scenarios share the cluster and run in order; the module puts the node set back the way
+it found it (REAL_NODES) when it is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.conftest import (
+    EPOCHS,
+    JOBS_NS,
+    OPERATOR_NS,
+    REAL_NODES,
+    RealCluster,
+    Watched,
+    digits_job,
+)
+from tests.e2e.jobs import (
+    OPERATOR_SELECTOR,
+    Job,
+    Nodes,
+    assert_bitwise_equal,
+    final_weights,
+    index_of,
+    resumed_at,
+    victim_node,
+    wait_until,
+)
+
+pytestmark = pytest.mark.timeout(1800)
+REPLACEMENT = 3  # the node index a "node-pool autoscaler" adds
+
+
+@pytest.fixture(scope="module")
+def nodes(real_cluster: RealCluster) -> Iterator[Nodes]:
+    n = Nodes(real_cluster)
+    try:
+        yield n
+    finally:
+        n.restore()
+
+
+# ---- spot reclaim ---------------------------------------------------------------------------
+
+
+def test_spot_reclaim_mid_epoch_resumes_exactly(
+    real_cluster: RealCluster,
+    operator_release: str,
+    trained: dict[str, Watched],
+    nodes: Nodes,
+) -> None:
+    """The node under one worker is reclaimed inside epoch 3: SIGTERM, 15 s grace, node gone.
+    The trainer checkpoints at the next step; the job counts a preemption, waits for a node,
+    runs a new gang on the surviving node and the replacement, resumes at that step, and ends
+    with the same weights, bit for bit, as the uninterrupted digits-torch run."""
+    reference = trained["digits-torch"]
+    assert reference.final["status"]["phase"] == "Succeeded"
+    epochs = EPOCHS["digits-torch"]
+    job = Job(real_cluster, digits_job("reclaim-torch", "pytorch", epochs)).apply()
+    job.wait("Running", lambda st: st.get("phase") == "Running", 300)
+    job.wait_training(epoch=3, steps=(1, 4))
+    victim = victim_node(real_cluster, job)
+    survivor = next(n for n in job.worker_nodes().values() if n != victim)
+    times = nodes.reclaim(index_of(victim))
+
+    # The trainer's emergency checkpoint is inside epoch 3 (2 epochs done, 0 < step < 8).
+    emergency = job.checkpoints()[-1]
+    assert emergency[0] == 2 and 0 < emergency[1] < 8, job.checkpoints()
+    st = job.wait("the preemption counted", lambda st: st.get("preemptions") == 1 and st, 120)
+    assert st["restarts"] == 0, st
+    # One node is left and the job needs two: it waits for capacity and says so.
+    job.wait(
+        "Unschedulable while one node is left",
+        lambda st: any(
+            c["type"] == "Unschedulable" and c["status"] == "True" for c in st.get("conditions", [])
+        ),
+        120,
+    )
+    nodes.up(REPLACEMENT)
+    job.wait("a new gang Running", lambda st: st.get("phase") == "Running", 300)
+    assert sorted(job.worker_nodes().values()) == sorted([survivor, f"kubegan-real-{REPLACEMENT}"])
+    final = job.finish()
+    assert (final["preemptions"], final["restarts"]) == (1, 0), final
+    log = job.log(0)
+    assert resumed_at(log) == emergency, log[:3000]
+    assert emergency in job.run.checkpoints_seen, (emergency, job.run.checkpoints_seen)
+    reasons = [e["reason"] for e in job.events()]
+    assert "Preempted" in reasons, reasons
+    assert times["notice"] < times["stopped"] <= times["gone"]
+
+    # Bitwise: the final checkpoint equals the uninterrupted run's (same spec, world size 2).
+    assert_bitwise_equal(
+        final_weights(job.output, epochs),
+        final_weights(job.output.parent / "digits-torch", epochs),
+    )
+
+
+# ---- drain ----------------------------------------------------------------------------------
+
+
+def test_drain_counts_a_preemption_and_resumes(
+    real_cluster: RealCluster, operator_release: str, nodes: Nodes
+) -> None:
+    """`kubectl drain` of a node under a running job evicts its worker (SIGTERM, checkpoint);
+    the job counts a preemption and resumes on the other nodes."""
+    for n in REAL_NODES:  # the reclaimed node is back: three nodes, so one can be drained
+        if index_of(n) not in nodes.up_indices:
+            nodes.up(index_of(n))
+    job = Job(real_cluster, digits_job("drain-torch", "pytorch", 5)).apply()
+    job.wait("Running", lambda st: st.get("phase") == "Running", 300)
+    job.wait_training(epoch=2)
+    victim = victim_node(real_cluster, job)
+    try:
+        real_cluster.kubectl(
+            "drain", victim, "--ignore-daemonsets", "--delete-emptydir-data",
+            "--timeout=180s", timeout=240,
+        )  # fmt: skip
+        job.wait("the preemption counted", lambda st: st.get("preemptions") == 1, 120)
+        job.wait("a new gang Running", lambda st: st.get("phase") == "Running", 300)
+        assert victim not in job.worker_nodes().values()
+        final = job.finish()
+    finally:
+        real_cluster.kubectl("uncordon", victim)
+    assert (final["preemptions"], final["restarts"]) == (1, 0), final
+    saved = resumed_at(job.log(0))
+    assert saved is not None and saved >= (1, 0), job.log(0)[-2000:]
+
+
+# ---- application failure --------------------------------------------------------------------
+
+
+def test_application_failure_counts_a_restart_and_resumes(
+    real_cluster: RealCluster, operator_release: str, nodes: Nodes
+) -> None:
+    """A custom model (kubegan_examples.flaky, shipped in the image) raises once when a file
+    appears on the volume during epoch 2: a restart against backoffLimit, not a preemption;
+    the new gang resumes from the epoch-1 checkpoint."""
+    spec = digits_job("flaky-torch", "pytorch", 4)
+    spec["spec"]["model"] = {
+        "name": "custom",
+        "entrypoint": "kubegan_examples.flaky:fail_once_gan",
+        "options": {"imageSize": 16},
+    }
+    spec["spec"]["runPolicy"] = {"backoffLimit": 1}
+    job = Job(real_cluster, spec).apply()
+    job.wait("Running", lambda st: st.get("phase") == "Running", 300)
+    job.wait_training(epoch=2)
+    (job.output / "fail-once").write_text("fail once, please\n")
+    job.wait("the restart counted", lambda st: st.get("restarts") == 1, 180)
+    final = job.finish()
+    assert (final["restarts"], final["preemptions"]) == (1, 0), final
+    assert (job.output / "fail-once.taken").exists()
+    assert resumed_at(job.log(0)) is not None and resumed_at(job.log(0)) >= (1, 0)
+    messages = [e["message"] for e in job.events() if e["reason"] == "WorkerFailed"]
+    assert messages and "restart 1 of 1" in messages[0], messages
+
+
+# ---- the operator pod killed ----------------------------------------------------------------
+
+
+def test_operator_killed_mid_training_changes_nothing_for_the_job(
+    real_cluster: RealCluster, operator_release: str, nodes: Nodes
+) -> None:
+    """The operator pod is killed while a job trains: the Deployment starts another; the
+    workers are the same pods throughout (no duplicates, no orphans) and status goes on."""
+    job = Job(real_cluster, digits_job("opkill-torch", "pytorch", 6)).apply()
+    job.wait("Running", lambda st: st.get("phase") == "Running", 300)
+    job.wait_training(epoch=2)
+    workers = {p["metadata"]["uid"] for p in job.pods()}
+    (old,) = real_cluster.items("pods", OPERATOR_SELECTOR, ns=OPERATOR_NS)
+    real_cluster.kubectl(
+        "delete", "pod", "-n", OPERATOR_NS, old["metadata"]["name"], "--grace-period=1"
+    )
+
+    def new_operator_ready() -> bool:
+        pods = real_cluster.items("pods", OPERATOR_SELECTOR, ns=OPERATOR_NS)
+        return any(
+            p["metadata"]["uid"] != old["metadata"]["uid"]
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", [])
+            )
+            for p in pods
+        )
+
+    wait_until("a new operator pod Ready", new_operator_ready, timeout=180)
+    before = job.status().get("progress", {}).get("epoch", 0)
+    job.wait(
+        "progress after the hand-over",
+        lambda st: st.get("progress", {}).get("epoch", 0) > before,
+        300,
+    )
+    final = job.finish()
+    assert (final["preemptions"], final["restarts"]) == (0, 0), final
+    assert job.run.worker_uids == workers, "workers were replaced or duplicated"
+    assert job.run.most_pods == 2
+
+
+# ---- no checkpoint volume -------------------------------------------------------------------
+
+
+def test_without_a_volume_a_restarted_gang_starts_from_scratch(
+    real_cluster: RealCluster, operator_release: str, nodes: Nodes
+) -> None:
+    spec = digits_job("novol-torch", "pytorch", 8)
+    del spec["spec"]["checkpoint"]
+    job = Job(real_cluster, spec).apply()
+    st = job.wait("Running", lambda st: st.get("phase") == "Running" and st, 300)
+    (cond,) = [c for c in st["conditions"] if c["type"] == "CheckpointsPersistent"]
+    assert cond["status"] == "False" and "starts from scratch" in cond["message"], cond
+    # No shared volume to read progress from: worker 0's log says how far it got.
+    wait_until(
+        "epoch 2 done",
+        lambda: (
+            "epoch 2/8"
+            in real_cluster.kubectl("logs", "-n", JOBS_NS, f"{job.name}-worker-0", check=False)
+        ),
+        timeout=300,
+        interval=0.5,
+    )
+    real_cluster.kubectl("delete", "pod", "-n", JOBS_NS, f"{job.name}-worker-1", "--wait=false")
+    job.wait("the preemption counted", lambda st: st.get("preemptions") == 1, 120)
+    final = job.finish()
+    assert (final["preemptions"], final["restarts"]) == (1, 0), final
+    log = job.log(0)  # the new gang's worker 0
+    assert resumed_at(log) is None, log[:3000]
+    assert "epoch 1/8" in log and "epoch 8/8" in log, log[:3000]

@@ -1,0 +1,135 @@
+"""Metrics, real (issue 11): a real Prometheus (the Debian package) finds the operator and the
+trainer's worker 0 through the apiserver (kubernetes service discovery, configured the way
+prometheus-operator configures it from the chart's ServiceMonitor and PodMonitor), scrapes
+them across the node network, and every Grafana dashboard query returns series of an
+in-cluster job; a preemption of that job shows in `kubegan_job_preemptions_total`."""
+
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.conftest import wait_for
+from tests.e2e.conftest import JOBS_NS, OPERATOR_NS, RealCluster, digits_job
+from tests.e2e.jobs import Job
+from tests.monitoring.prom import (
+    Prometheus,
+    chart_objects,
+    dashboard,
+    monitor_scrape_configs,
+    panel_queries,
+    prometheus,
+)
+
+pytestmark = pytest.mark.timeout(1200)
+JOB = "watched-torch"
+PROMETHEUS_SA = "prometheus"
+
+# What a Prometheus in the cluster is allowed: discover pods and service endpoints, nothing
+# more (the scrape itself needs no Kubernetes permission).
+RBAC: list[dict[str, Any]] = [
+    {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": PROMETHEUS_SA, "namespace": OPERATOR_NS},
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "kubegan-e2e-prometheus"},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["pods", "services", "endpoints"],
+                "verbs": ["get", "list", "watch"],
+            },
+            {
+                "apiGroups": ["discovery.k8s.io"],
+                "resources": ["endpointslices"],
+                "verbs": ["get", "list", "watch"],
+            },
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kubegan-e2e-prometheus"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "kubegan-e2e-prometheus",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": PROMETHEUS_SA, "namespace": OPERATOR_NS}],
+    },
+]
+
+
+def api_access(cluster: RealCluster, tmp: Path) -> dict[str, Any]:
+    """The apiserver URL and CA from the kubeconfig, and a token of the ServiceAccount."""
+    kubeconfig = yaml.safe_load(Path(cluster.env["KUBECONFIG"]).read_text())
+    cluster_entry = kubeconfig["clusters"][0]["cluster"]
+    ca = tmp / "ca.crt"
+    ca.write_bytes(base64.b64decode(cluster_entry["certificate-authority-data"]))
+    token = cluster.kubectl("create", "token", PROMETHEUS_SA, "-n", OPERATOR_NS).strip()
+    (tmp / "token").write_text(token)
+    (tmp / "token").chmod(0o600)
+    return {
+        "api_server": cluster_entry["server"],
+        "tls_config": {"ca_file": str(ca)},
+        "authorization": {"credentials_file": str(tmp / "token")},
+    }
+
+
+def finite(prom: Prometheus, expr: str) -> list[dict[str, Any]] | None:
+    series = [s for s in prom.query(expr) if math.isfinite(float(s["value"][1]))]
+    return series or None
+
+
+def test_prometheus_discovers_scrapes_and_the_dashboard_shows_the_job(
+    real_cluster: RealCluster, operator_release: str, tmp_path: Path
+) -> None:
+    real_cluster.apply(*RBAC)
+    job = Job(real_cluster, digits_job(JOB, "pytorch", 40)).apply()
+    job.wait("Running", lambda st: st.get("phase") == "Running", 300)
+    configs = monitor_scrape_configs(chart_objects(), api_access(real_cluster, tmp_path))
+    with prometheus(tmp_path, configs) as prom:
+
+        def targets_up() -> dict[str, str] | None:
+            up = {
+                t["labels"].get("job", ""): t["scrapeUrl"]
+                for t in prom.targets()
+                if t["health"] == "up"
+            }
+            return up if len(up) == 2 else None
+
+        up = wait_for("the operator and worker 0 scraped", targets_up, timeout=120)
+        # Found through the apiserver: pod IPs on the real nodes' pod network.
+        assert all(url.startswith("http://10.245.") for url in up.values()), up
+        selections = [{"$namespace": JOBS_NS, "$ganjob": JOB}, {}]
+        for sel in selections:
+            for title, expr in panel_queries(dashboard(), sel):
+                wait_for(f"panel {title}: {expr}", lambda e=expr: finite(prom, e), timeout=240)
+        labels = {
+            (s["metric"].get("namespace"), s["metric"].get("ganjob"), s["metric"].get("pod"))
+            for s in prom.query(f'kubegan_epoch{{ganjob="{JOB}"}}')
+        }
+        assert labels == {(JOBS_NS, JOB, f"{JOB}-worker-0")}, labels
+
+        # A preemption (a worker deleted by someone else) shows in the operator's counter.
+        real_cluster.kubectl("delete", "pod", "-n", JOBS_NS, f"{JOB}-worker-1", "--wait=false")
+        job.wait("the preemption counted", lambda st: st.get("preemptions") == 1, 120)
+        wait_for(
+            "kubegan_job_preemptions_total = 1",
+            lambda: [
+                s
+                for s in prom.query(f'kubegan_job_preemptions_total{{ganjob="{JOB}"}}')
+                if float(s["value"][1]) == 1
+            ],
+            timeout=60,
+        )
+    real_cluster.kubectl("delete", "ganjob", "-n", JOBS_NS, JOB, "--wait=false")
