@@ -55,9 +55,12 @@ class Kube:
         body: Any,
         content_type: str = "application/json",
         query: list[tuple[str, str]] | None = None,
+        *,
+        answer: bool = True,
     ) -> dict[str, Any]:
-        """One request; the answer as plain JSON. ApiException for any non-2xx answer, as
-        the generated methods raise it."""
+        """One request; the answer as plain JSON (not parsed without `answer`: a pod's or a
+        job's is kilobytes, and parsing answers nobody reads was a fifth of the operator's
+        CPU). ApiException for any non-2xx answer, as the generated methods raise it."""
         request = self.api.param_serialize(
             method=method,
             resource_path=path,
@@ -72,16 +75,18 @@ class Kube:
             raise ApiException.from_response(
                 http_resp=response, body=data.decode("utf-8", "replace"), data=None
             )
-        answer: dict[str, Any] = json.loads(data) if data else {}
-        return answer
+        parsed: dict[str, Any] = json.loads(data) if data and answer else {}
+        return parsed
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        """Create `obj` and return it as the apiserver stored it; None when it was already
-        there (a previous reconcile got this far, or the watch had not shown it yet)."""
+        """Create `obj`; a pod is returned as the apiserver stored it (the controller
+        releases a gang the moment every worker exists), other kinds as {}. None when it was
+        already there (a previous reconcile got this far, or the watch had not shown it yet)."""
         ns = obj["metadata"]["namespace"]
         plural = {"Service": "services", "ConfigMap": "configmaps", "Pod": "pods"}[obj["kind"]]
         try:
-            return self._send("POST", f"/api/v1/namespaces/{ns}/{plural}", obj)
+            path = f"/api/v1/namespaces/{ns}/{plural}"
+            return self._send("POST", path, obj, answer=obj["kind"] == "Pod")
         except ApiException as err:
             if err.status != 409:  # already there: a previous reconcile got this far
                 raise
@@ -94,6 +99,7 @@ class Kube:
                 f"/api/v1/namespaces/{namespace}/pods/{name}",
                 [{"op": "replace", "path": "/spec/schedulingGates", "value": []}],
                 "application/json-patch+json",
+                answer=False,
             )
         except ApiException as err:
             if err.status not in (404, 422):
@@ -104,7 +110,8 @@ class Kube:
         if force:
             options["gracePeriodSeconds"] = 0
         try:
-            self._send("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", options)
+            path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+            self._send("DELETE", path, options, answer=False)
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -164,6 +171,6 @@ class Kube:
             "reportingComponent": "kubegan-operator",
         }
         try:
-            self._send("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+            self._send("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body, answer=False)
         except ApiException as err:  # events are best effort; never fail a reconcile on them
             log.warning("could not post event %s for %s: %s", reason, meta["name"], err.reason)
