@@ -169,7 +169,13 @@ class Expectations:
         return self.jobs.setdefault(key, JobExpectations())
 
     def expect(self, key: JobKey, pod: str, what: str) -> None:
-        self.of(key).pods[pod] = (what, self.clock() + EXPECTATION_TIMEOUT_SECONDS)
+        pods = self.of(key).pods
+        if what == "ungated" and pods.get(pod, ("",))[0] in ("present", "present+ungated"):
+            # Created and released in one sync (controller): the watch must show the pod
+            # too. "ungated" alone is met by a pod the watch does not show (deleted since),
+            # and the job would be planned and created again before its pods appeared.
+            what = "present+ungated"
+        pods[pod] = (what, self.clock() + EXPECTATION_TIMEOUT_SECONDS)
 
     def reserve(self, key: JobKey, usage: PodUsage) -> None:
         self.of(key).reserved[usage.name] = usage
@@ -194,12 +200,15 @@ class Expectations:
         now, left = self.clock(), None
         for name, (what, until) in list(exp.pods.items()):
             pod = seen.get(name)
+            ungated = pod is not None and not (pod.get("spec") or {}).get("schedulingGates")
             met = (
                 pod is not None
                 if what == "present"
                 else pod is None or bool(pod["metadata"].get("deletionTimestamp"))
                 if what == "gone"
-                else pod is None or not (pod.get("spec") or {}).get("schedulingGates")
+                else ungated
+                if what == "present+ungated"
+                else pod is None or ungated
             )
             if met or until <= now:
                 del exp.pods[name]

@@ -101,6 +101,19 @@ def test_a_new_gang_is_created_and_released_in_one_sync() -> None:
     assert sorted(kube.calls[5:]) == [*(("lift", w) for w in workers), ("status", "Pending")]
 
 
+def test_a_gang_created_and_released_in_one_sync_waits_for_the_watch_to_show_it() -> None:
+    """Until the watch shows the new workers, the job is not reconciled again: with no pods
+    in view it would be planned and created a second time."""
+    ctl = sync(FakeKube())
+    key = ("ns", "g")
+    assert ctl.expectations.pending(key, []) is not None
+    gated = [{"metadata": {"name": f"g-worker-{i}"}, "spec": {"schedulingGates": [{}]}}
+             for i in range(2)]  # fmt: skip
+    assert ctl.expectations.pending(key, gated) is not None  # the lifts not shown yet
+    ungated = [{"metadata": {"name": f"g-worker-{i}"}, "spec": {}} for i in range(2)]
+    assert ctl.expectations.pending(key, ungated) is None
+
+
 def test_a_worker_that_already_existed_waits_for_the_watch() -> None:
     kube = FakeKube(conflict={"g-worker-1"})
     ctl = sync(kube)
