@@ -22,6 +22,11 @@
 # configuration says `failCgroupV1: false` (KEP-5573), which hack/real-node-up.sh sets.
 KUBELET_VERSION=v1.36.3   # must match KUBE_VERSION in hack/build-binaries.sh (same wrapper module)
 COREDNS_VERSION=v1.14.7  # must match hack/gomod/coredns/go.mod
+# Prometheus with kubernetes service discovery, for the e2e tier's metrics test: Debian's
+# package is built without it. Go module v0.316.0 = Prometheus 3.16.0; the build tags keep
+# only the kubernetes discoverer (no cloud SDKs).
+PROMETHEUS_MODULE_VERSION=v0.316.0
+PROMETHEUS_TAGS=remove_all_sd,enable_kubernetes_sd
 DEBIAN_NODE_PACKAGES="containerd runc containernetworking-plugins iptables conntrack socat busybox-static"
 
 set -Eeuo pipefail
@@ -35,6 +40,7 @@ FORCE="${KUBEGAN_FORCE_BUILD:-0}"
 KUBELET="$CACHE/kubelet-$KUBELET_VERSION/kubelet"
 KUBE_PROXY="$CACHE/kube-proxy-$KUBELET_VERSION/kube-proxy"
 COREDNS="$CACHE/coredns-$COREDNS_VERSION/coredns"
+PROMETHEUS_DIR="$CACHE/prometheus-$PROMETHEUS_MODULE_VERSION"
 
 log() { printf '[build-node-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[build-node-binaries] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -101,9 +107,35 @@ build_coredns() {
   coredns_ok || die "coredns at $COREDNS does not report $COREDNS_VERSION"
 }
 
+prometheus_ok() {  # both binaries there, and promtool knows kubernetes_sd_configs
+  local probe
+  [[ -x "$PROMETHEUS_DIR/prometheus" && -x "$PROMETHEUS_DIR/promtool" ]] || return 1
+  probe="$(mktemp)"
+  printf 'scrape_configs:\n- job_name: probe\n  kubernetes_sd_configs: [{role: pod, api_server: "https://127.0.0.1:1"}]\n' >"$probe"
+  "$PROMETHEUS_DIR/promtool" check config --syntax-only "$probe" >/dev/null 2>&1; local rc=$?
+  rm -f "$probe"; return "$rc"
+}
+
+build_prometheus() {
+  if [[ "$FORCE" != 1 ]] && prometheus_ok; then log "prometheus $PROMETHEUS_MODULE_VERSION: cached ($PROMETHEUS_DIR)"; return; fi
+  local out="$BUILD_ROOT/prometheus-bin" t0 cmd
+  rm -rf "$out"; mkdir -p "$out"
+  log "prometheus $PROMETHEUS_MODULE_VERSION: building prometheus and promtool (-tags $PROMETHEUS_TAGS; ~7 min cold)"
+  t0=$SECONDS
+  for cmd in prometheus promtool; do
+    GOBIN="$out" CGO_ENABLED=0 go install -p "$GO_P" -trimpath -ldflags "-s -w" -tags "$PROMETHEUS_TAGS" \
+      "github.com/prometheus/prometheus/cmd/$cmd@$PROMETHEUS_MODULE_VERSION" || die "go install of $cmd failed"
+  done
+  log "prometheus $PROMETHEUS_MODULE_VERSION: built in $((SECONDS - t0)) s"
+  mkdir -p "$PROMETHEUS_DIR"
+  for cmd in prometheus promtool; do mv -f "$out/$cmd" "$PROMETHEUS_DIR/$cmd"; done
+  prometheus_ok || die "promtool at $PROMETHEUS_DIR does not know kubernetes_sd_configs"
+}
+
 main() {
   case "${1:-}" in
-    --print) printf 'kubelet %s\nkube-proxy %s\ncoredns %s\n' "$KUBELET" "$KUBE_PROXY" "$COREDNS"; exit 0 ;;
+    --print) printf 'kubelet %s\nkube-proxy %s\ncoredns %s\nprometheus %s\npromtool %s\n' "$KUBELET" \
+               "$KUBE_PROXY" "$COREDNS" "$PROMETHEUS_DIR/prometheus" "$PROMETHEUS_DIR/promtool"; exit 0 ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     "") ;;
     *) die "unknown argument $1" ;;
@@ -117,6 +149,7 @@ main() {
   build_k8s_binary kubelet "$KUBELET"
   build_k8s_binary kube-proxy "$KUBE_PROXY"
   build_coredns
+  build_prometheus
 }
 
 main "$@"

@@ -1,4 +1,5 @@
-"""Metrics, real (issue 11): a real Prometheus (the Debian package) finds the operator and the
+"""Metrics, real (issue 11): a real Prometheus (3.16, built from the Go module proxy with
+kubernetes service discovery, which Debian's package lacks) finds the operator and the
 trainer's worker 0 through the apiserver (kubernetes service discovery, configured the way
 prometheus-operator configures it from the chart's ServiceMonitor and PodMonitor), scrapes
 them across the node network, and every Grafana dashboard query returns series of an
@@ -24,6 +25,7 @@ from tests.monitoring.prom import (
     monitor_scrape_configs,
     panel_queries,
     prometheus,
+    prometheus_with_kubernetes_sd,
 )
 
 pytestmark = pytest.mark.timeout(1200)
@@ -97,7 +99,7 @@ def test_prometheus_discovers_scrapes_and_the_dashboard_shows_the_job(
     job = Job(real_cluster, digits_job(JOB, "pytorch", 40)).apply()
     job.wait("Running", lambda st: st.get("phase") == "Running", 300)
     configs = monitor_scrape_configs(chart_objects(), api_access(real_cluster, tmp_path))
-    with prometheus(tmp_path, configs) as prom:
+    with prometheus(tmp_path, configs, binaries=prometheus_with_kubernetes_sd()) as prom:
 
         def targets_up() -> dict[str, str] | None:
             up = {

@@ -18,6 +18,8 @@ import yaml
 from tests.cluster.conftest import free_port, wait_for
 from tests.helm.chart import MONITORING_ON, by_kind, one, template
 
+ROOT = Path(__file__).resolve().parents[2]
+
 # What Grafana substitutes before sending a panel's query (the job/namespace variables at
 # "All", whose allValue is ".*").
 GRAFANA_DEFAULTS = {"$namespace": ".*", "$ganjob": ".*", "$__rate_interval": "1m"}
@@ -66,10 +68,27 @@ def panel_queries(
     return out
 
 
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+def promtool(*args: str, binary: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [tool("promtool"), *args], capture_output=True, text=True, timeout=120, check=False
+        [binary or tool("promtool"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
+
+
+def prometheus_with_kubernetes_sd() -> tuple[str, str]:
+    """(prometheus, promtool) built with kubernetes service discovery, which Debian's
+    package leaves out (hack/build-node-binaries.sh; `make install` builds them)."""
+    out = subprocess.run(
+        ["bash", str(ROOT / "hack" / "build-node-binaries.sh"), "--print"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    paths = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    for name in ("prometheus", "promtool"):
+        assert Path(paths[name]).is_file(), f"{paths[name]} missing: run make install"
+    return paths["prometheus"], paths["promtool"]
 
 
 class Prometheus:
@@ -89,7 +108,10 @@ class Prometheus:
 
 @contextmanager
 def prometheus(
-    tmp: Path, scrape_configs: list[dict[str, Any]], rule_files: list[str] | None = None
+    tmp: Path,
+    scrape_configs: list[dict[str, Any]],
+    rule_files: list[str] | None = None,
+    binaries: tuple[str, str] | None = None,
 ) -> Iterator[Prometheus]:
     """A throwaway Prometheus: own port, config and storage; never the Debian service."""
     port = free_port()
@@ -99,12 +121,13 @@ def prometheus(
         "rule_files": rule_files or [],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    check = promtool("check", "config", str(tmp / "prometheus.yml"))
+    server, checker = binaries or (tool("prometheus"), tool("promtool"))
+    check = promtool("check", "config", str(tmp / "prometheus.yml"), binary=checker)
     assert check.returncode == 0, check.stdout + check.stderr
     log = (tmp / "prometheus.log").open("w")
     proc = subprocess.Popen(
         [
-            tool("prometheus"),
+            server,
             f"--config.file={tmp / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
