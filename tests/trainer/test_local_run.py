@@ -64,7 +64,15 @@ def test_two_local_workers_stop_on_sigterm_and_resume(tmp_path: Path) -> None:
     assert "run again with the same output directory" in text
     stopped_at = read_progress(out)
     assert stopped_at["state"] == "stopped"
-    assert list((out / "checkpoints").glob("ckpt-*"))
+    saved = sorted((out / "checkpoints").glob("ckpt-*"))
+    assert saved
+    # The progress file says where the run stopped (the epoch it was in, steps done in it):
+    # exactly the checkpoint it wrote.
+    _, epochs_done, steps_done = saved[-1].name.split("-")
+    per_epoch = JOB["spec"]["training"]["stepsPerEpoch"]
+    assert (stopped_at["epoch"] - 1) * per_epoch + stopped_at["step"] == int(
+        epochs_done
+    ) * per_epoch + int(steps_done), (stopped_at, saved[-1].name)
 
     second = _start(job, out)
     text, _ = second.communicate(timeout=240)

@@ -109,7 +109,8 @@ class Reporter:
             saved.epoch,
             saved.step,
         )
-        self.progress.update(force=True, state="stopped", epoch=epoch0)
+        # Same fields as while training: the epoch it was in (1-based) and the steps done in it.
+        self.progress.update(force=True, state="stopped", epoch=epoch0 + 1)
 
     def finished(self) -> None:
         if self.progress is not None:
