@@ -92,34 +92,80 @@ def watch(cluster: RealCluster, out: Path) -> subprocess.Popen[bytes]:
     )
 
 
+@dataclass
+class NewGang:
+    """When the next gang was seen Running, and when its rank 0 first trained a step past
+    the position it resumed from (its first progress record says where that is)."""
+
+    attempt: int
+    running_at: float | None = None
+    resumed_global: int | None = None
+    step_at: float | None = None
+
+    def poll(self, job: Job, prog: dict[str, Any]) -> None:
+        now = time.time()
+        if self.running_at is None and new_gang_running(job, self.attempt):
+            self.running_at = now
+        if prog.get("resumed_from") is None or prog.get("state") != "running":
+            return
+        done = global_step(prog.get("epoch", 1), prog.get("step", 0))
+        if self.resumed_global is None:
+            self.resumed_global = done
+        elif done > self.resumed_global and self.step_at is None:
+            self.step_at = now
+
+
+def reclaim_watching(
+    cluster: RealCluster, nodes: Nodes, job: Job, index: int, grace: int
+) -> tuple[dict[str, float], dict[str, Any], NewGang]:
+    """Reclaim node `index` while reading rank 0's progress file: its last write before the
+    new gang starts (state "stopped", at the last step the old gang trained) is what the
+    old gang had done. The new gang may run before the node is fully gone, so its start is
+    watched here too. Returns the reclaim's phase times, that record, and when the next
+    gang was seen Running (None: not yet)."""
+    gang = NewGang(job.status().get("attempt", 0) + 1)
+    proc = subprocess.Popen(
+        ["bash", str(HACK / "real-node-reclaim.sh"), str(index), "--grace", str(grace)],
+        env=cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    last: dict[str, Any] = {}
+    old_gang_read = False
+    while proc.poll() is None:
+        prog = progress(job)
+        if not old_gang_read:
+            if prog.get("resumed_from") is not None and prog.get("state") == "running":
+                old_gang_read = True  # the new gang's first word: the old gang's are all read
+            elif prog:
+                last = prog
+                old_gang_read = prog.get("state") == "stopped"
+        gang.poll(job, prog)
+        time.sleep(0.05)
+    out, _ = proc.communicate(timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"real-node-reclaim.sh {index} failed ({proc.returncode})")
+    nodes.up_indices.discard(index)
+    times = {k: float(v) for k, v in (ln.split() for ln in out.splitlines() if ln.strip())}
+    return times, last, gang
+
+
 def one_run(cluster: RealCluster, nodes: Nodes, name: str, grace: int) -> Measured:
     job = Job(cluster, digits_job(name, "pytorch", 6)).apply()
     job.wait("Running", lambda st: st.get("phase") == "Running", 300)
     job.wait_training(epoch=2, steps=(1, 4))
-    attempt = job.status().get("attempt", 0)
     victim = victim_node(cluster, job)
-    times = nodes.reclaim(index_of(victim), grace=grace)
+    times, stopped, gang = reclaim_watching(cluster, nodes, job, index_of(victim), grace)
     t0 = times["notice"]
-    stopped = progress(job)  # the old gang's last word: state "stopped" at its last step
     trained = global_step(stopped.get("epoch", 1), stopped.get("step", 0))
-
-    running_at = step_at = None
-    resume = None
     deadline = time.time() + 600
-    while time.time() < deadline and step_at is None:
-        if running_at is None and new_gang_running(job, attempt + 1):
-            running_at = time.time()
-        if running_at is not None:
-            if resume is None:
-                log = cluster.kubectl("logs", "-n", JOBS_NS, f"{name}-worker-0", check=False)
-                resume = resumed_at(log)
-            prog = progress(job)
-            if resume is not None and prog.get("state") == "running":
-                done = global_step(prog.get("epoch", 1), prog.get("step", 0))
-                if done > resume[0] * STEPS_PER_EPOCH + resume[1]:
-                    step_at = time.time()
+    while gang.step_at is None and time.time() < deadline:
+        gang.poll(job, progress(job))
         time.sleep(0.05)
-    if running_at is None or step_at is None or resume is None:
+    log = cluster.kubectl("logs", "-n", JOBS_NS, f"{name}-worker-0", check=False)
+    resume = resumed_at(log)
+    if gang.running_at is None or gang.step_at is None or resume is None:
         raise SystemExit(f"{name}: the new gang did not train within 600 s: {job.status()}")
     job.finish()
     events = cluster.kubectl(
@@ -132,7 +178,7 @@ def one_run(cluster: RealCluster, nodes: Nodes, name: str, grace: int) -> Measur
     lost = max(0, trained - (resume[0] * STEPS_PER_EPOCH + resume[1]))
     cluster.kubectl("delete", "ganjob", "-n", JOBS_NS, name, "--wait=false")
     nodes.up(index_of(victim))
-    return Measured(running_at - t0, step_at - t0, lost, lost * step_seconds, resume)
+    return Measured(gang.running_at - t0, gang.step_at - t0, lost, lost * step_seconds, resume)
 
 
 def table(results: list[Measured]) -> str:
