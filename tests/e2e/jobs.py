@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from kubegan_trainer.checkpoint import CheckpointStore, Position, checkpoint_name
+from kubegan_trainer.torch_backend.loop import STATE_FILE
+from kubegan_trainer.torch_backend.payload import load_payload
 
+from tests.cluster.conftest import wait_for
 from tests.e2e.conftest import (
     CHECKPOINT_CLAIM,
     HACK,
@@ -55,7 +59,7 @@ class Nodes:
     def up(self, i: int) -> None:
         self._hack("real-node-up.sh", str(i))
         self.up_indices.add(i)
-        wait_until(
+        wait_for(
             f"kubegan-real-{i} Ready",
             lambda: node_ready(self.cluster, f"kubegan-real-{i}"),
             timeout=180,
@@ -83,16 +87,6 @@ def node_ready(cluster: RealCluster, name: str) -> bool:
         return False
     conditions = json.loads(out)["status"].get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 @dataclass
@@ -168,14 +162,14 @@ class Job:
                 prog = json.loads(path.read_text())
             except (OSError, ValueError):
                 prog = {}
-            if prog.get("state") == "running" and prog.get("epoch", 0) >= epoch:
-                lo, hi = steps or (0, 10**9)
-                if prog["epoch"] > epoch and steps is None:
+            at, step = prog.get("epoch", 0), prog.get("step", 0)
+            if prog.get("state") == "running" and at >= epoch:
+                if steps is None:
                     return prog
-                if prog["epoch"] == epoch and lo <= prog.get("step", 0) <= hi:
-                    return prog
-                if prog["epoch"] > epoch:
+                if at > epoch:
                     raise AssertionError(f"{self.name}: missed epoch {epoch} steps {steps}: {prog}")
+                if steps[0] <= step <= steps[1]:
+                    return prog
             time.sleep(0.05)
         raise AssertionError(f"{self.name}: never reached epoch {epoch}: {self.status()}")
 
@@ -196,11 +190,9 @@ class Job:
         return self.cluster.kubectl("logs", "-n", JOBS_NS, f"{self.name}-worker-{index}")
 
     def checkpoints(self) -> list[tuple[int, int]]:
-        found = []
-        for p in (self.output / "checkpoints").glob("ckpt-*"):
-            _, epoch, step = p.name.split("-")
-            found.append((int(epoch), int(step)))
-        return sorted(found)
+        """(epochs done, steps into the next) of every committed checkpoint, oldest first."""
+        store = CheckpointStore(self.output / "checkpoints", keep=1, writer=False)
+        return [(ref.position.epoch, ref.position.step) for ref in store.list()]
 
     def events(self) -> list[dict[str, Any]]:
         out = self.cluster.kubectl(
@@ -231,8 +223,7 @@ def victim_node(cluster: RealCluster, job: Job) -> str:
 
 def final_weights(out: Path, epochs: int) -> dict[str, Any]:
     """The networks and optimizer states of the last checkpoint (data only: weights_only)."""
-    path = out / "checkpoints" / f"ckpt-{epochs:06d}-{0:08d}" / "state.pt"
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    payload = load_payload(out / "checkpoints" / checkpoint_name(Position(epochs, 0)) / STATE_FILE)
     return {
         k: payload[k]
         for k in ("generator", "discriminator", "opt_g", "opt_d", "global_step", "position")

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.cluster.conftest import wait_for
 from tests.e2e.conftest import (
     EPOCHS,
     JOBS_NS,
@@ -31,7 +32,6 @@ from tests.e2e.jobs import (
     index_of,
     resumed_at,
     victim_node,
-    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(1800)
@@ -190,7 +190,7 @@ def test_operator_killed_mid_training_changes_nothing_for_the_job(
             for p in pods
         )
 
-    wait_until("a new operator pod Ready", new_operator_ready, timeout=180)
+    wait_for("a new operator pod Ready", new_operator_ready, timeout=180)
     before = job.status().get("progress", {}).get("epoch", 0)
     job.wait(
         "progress after the hand-over",
@@ -216,7 +216,7 @@ def test_without_a_volume_a_restarted_gang_starts_from_scratch(
     (cond,) = [c for c in st["conditions"] if c["type"] == "CheckpointsPersistent"]
     assert cond["status"] == "False" and "starts from scratch" in cond["message"], cond
     # No shared volume to read progress from: worker 0's log says how far it got.
-    wait_until(
+    wait_for(
         "epoch 2 done",
         lambda: (
             "epoch 2/8"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubegan_trainer.checkpoint import CheckpointStore
 from kubegan_trainer.progress import read_progress
 
 from tests.trainer.util import REPO
@@ -64,15 +65,15 @@ def test_two_local_workers_stop_on_sigterm_and_resume(tmp_path: Path) -> None:
     assert "run again with the same output directory" in text
     stopped_at = read_progress(out)
     assert stopped_at["state"] == "stopped"
-    saved = sorted((out / "checkpoints").glob("ckpt-*"))
+    saved = CheckpointStore(out / "checkpoints", keep=1, writer=False).list()
     assert saved
     # The progress file says where the run stopped (the epoch it was in, steps done in it):
     # exactly the checkpoint it wrote.
-    _, epochs_done, steps_done = saved[-1].name.split("-")
+    last = saved[-1].position
     per_epoch = JOB["spec"]["training"]["stepsPerEpoch"]
-    assert (stopped_at["epoch"] - 1) * per_epoch + stopped_at["step"] == int(
-        epochs_done
-    ) * per_epoch + int(steps_done), (stopped_at, saved[-1].name)
+    assert (stopped_at["epoch"] - 1) * per_epoch + stopped_at["step"] == (
+        last.epoch * per_epoch + last.step
+    ), (stopped_at, last)
 
     second = _start(job, out)
     text, _ = second.communicate(timeout=240)
