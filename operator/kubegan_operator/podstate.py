@@ -53,13 +53,17 @@ def _conditions(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {c.get("type", ""): c for c in (pod.get("status") or {}).get("conditions") or []}
 
 
-def exit_code(pod: Mapping[str, Any]) -> int | None:
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The trainer container's `state.terminated` ({} while it has not ended)."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         if cs.get("name") == CONTAINER_NAME:
-            terminated = (cs.get("state") or {}).get("terminated") or {}
-            if "exitCode" in terminated:
-                return int(terminated["exitCode"])
-    return None
+            return (cs.get("state") or {}).get("terminated") or {}
+    return {}
+
+
+def exit_code(pod: Mapping[str, Any]) -> int | None:
+    code = _terminated(pod).get("exitCode")
+    return int(code) if code is not None else None
 
 
 # The kubelet keeps at most 4 KiB of a termination message; anything longer is not ours.
@@ -69,22 +73,18 @@ TERMINATION_MESSAGE_MAX = 4096
 def exit_checkpoint(pod: Mapping[str, Any]) -> tuple[int, int, str] | None:
     """(epochs done, steps into the next, finishedAt) of the checkpoint an ended trainer
     named in its termination message (kubegan_trainer.termination), if it named one."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") != CONTAINER_NAME:
-            continue
-        terminated = (cs.get("state") or {}).get("terminated") or {}
-        message = terminated.get("message")
-        if not isinstance(message, str) or len(message) > TERMINATION_MESSAGE_MAX:
-            return None
-        try:
-            ckpt = json.loads(message).get("checkpoint")
-            epoch, step = ckpt["epoch"], ckpt["step"]
-        except (ValueError, AttributeError, TypeError, KeyError):
-            return None  # not JSON from the trainer: a crash's last output, say
-        if not all(type(v) is int and 0 <= v < 2**31 for v in (epoch, step)):
-            return None
-        return epoch, step, str(terminated.get("finishedAt") or "")
-    return None
+    terminated = _terminated(pod)
+    message = terminated.get("message")
+    if not isinstance(message, str) or len(message) > TERMINATION_MESSAGE_MAX:
+        return None
+    try:
+        ckpt = json.loads(message).get("checkpoint")
+        epoch, step = ckpt["epoch"], ckpt["step"]
+    except (ValueError, AttributeError, TypeError, KeyError):
+        return None  # not JSON from the trainer: a crash's last output, say
+    if not all(type(v) is int and 0 <= v < 2**31 for v in (epoch, step)):
+        return None
+    return epoch, step, str(terminated.get("finishedAt") or "")
 
 
 def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerState:
