@@ -50,11 +50,9 @@ pods="$(kubectl get pods -A --field-selector "spec.nodeName=$node" \
 if pid_alive "kubelet-$node"; then kill -KILL "$(cat "$PIDS/kubelet-$node.pid")" 2>/dev/null || true; fi
 
 ctr_() { ctr --address "$sock" -n k8s.io "$@"; }
-running() {  # app containers (not pod sandboxes) whose task still runs
-  local id
-  for id in $(ctr_ containers ls -q 'labels."io.cri-containerd.kind"==container' 2>/dev/null); do
-    ctr_ tasks ls 2>/dev/null | awk -v id="$id" '$1 == id && $3 == "RUNNING" {print id}'
-  done
+running() {  # app containers (not pod sandboxes) whose task still runs: one list of each
+  join <(ctr_ containers ls -q 'labels."io.cri-containerd.kind"==container' 2>/dev/null | sort) \
+       <(ctr_ tasks ls 2>/dev/null | awk '$3 == "RUNNING" {print $1}' | sort)
 }
 for id in $(running); do ctr_ tasks kill -s SIGTERM "$id" >/dev/null 2>&1 || true; done
 deadline=$((SECONDS + grace))
