@@ -197,69 +197,57 @@ def monitor_scrape_configs(
     (matchLabels selectors, named ports, the target labels it attaches), pointed at a real
     apiserver through `api` (api_server, tls_config, authorization). `interval` replaces the
     monitors' 30 s so a test does not wait minutes."""
+    # kind -> (its endpoints' field, SD role, the port-name meta label, per-kind relabelings)
+    kinds = {
+        "PodMonitor": (
+            "podMetricsEndpoints",
+            "pod",
+            "__meta_kubernetes_pod_container_port_name",
+            [
+                {
+                    "source_labels": ["__meta_kubernetes_pod_phase"],
+                    "regex": "(Failed|Succeeded)",
+                    "action": "drop",
+                }
+            ],
+        ),
+        "ServiceMonitor": (
+            "endpoints",
+            "endpoints",
+            "__meta_kubernetes_endpoint_port_name",
+            [{"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"}],
+        ),
+    }
     configs: list[dict[str, Any]] = []
-    for pm in by_kind(objs, "PodMonitor"):
-        spec = pm["spec"]
-        ns = (
-            None
-            if spec["namespaceSelector"].get("any")
-            else spec["namespaceSelector"].get("matchNames")
-        )
-        for i, ep in enumerate(spec["podMetricsEndpoints"]):
-            configs.append(
-                {
-                    "job_name": f"podMonitor/{pm['metadata']['namespace']}/"
-                    f"{pm['metadata']['name']}/{i}",
-                    "honor_labels": ep.get("honorLabels", False),
-                    "metrics_path": ep.get("path", "/metrics"),
-                    "scrape_interval": interval,
-                    "kubernetes_sd_configs": [_sd("pod", api, ns)],
-                    "relabel_configs": [
-                        {
-                            "source_labels": ["__meta_kubernetes_pod_phase"],
-                            "regex": "(Failed|Succeeded)",
-                            "action": "drop",
-                        },
-                        *_keep_labels("pod", spec["selector"]["matchLabels"]),
-                        {
-                            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
-                            "regex": re.escape(ep["port"]),
-                            "action": "keep",
-                        },
-                        *_target_labels("pod"),
-                        {"target_label": "endpoint", "replacement": ep["port"]},
-                        *_relabelings(ep.get("relabelings", [])),
-                    ],
-                }
-            )
-    for sm in by_kind(objs, "ServiceMonitor"):
-        spec = sm["spec"]
-        ns = spec["namespaceSelector"].get("matchNames")
-        for i, ep in enumerate(spec["endpoints"]):
-            configs.append(
-                {
-                    "job_name": f"serviceMonitor/{sm['metadata']['namespace']}/"
-                    f"{sm['metadata']['name']}/{i}",
-                    "honor_labels": ep.get("honorLabels", False),
-                    "metrics_path": ep.get("path", "/metrics"),
-                    "scrape_interval": interval,
-                    "kubernetes_sd_configs": [_sd("endpoints", api, ns)],
-                    "relabel_configs": [
-                        *_keep_labels("service", spec["selector"]["matchLabels"]),
-                        {
-                            "source_labels": ["__meta_kubernetes_endpoint_port_name"],
-                            "regex": re.escape(ep["port"]),
-                            "action": "keep",
-                        },
-                        *_target_labels("pod"),
-                        {
-                            "source_labels": ["__meta_kubernetes_service_name"],
-                            "target_label": "service",
-                        },
-                        {"target_label": "endpoint", "replacement": ep["port"]},
-                    ],
-                }
-            )
+    for kind, (field, role, port_label, extra) in kinds.items():
+        selected = "pod" if role == "pod" else "service"
+        for mon in by_kind(objs, kind):
+            spec, meta = mon["spec"], mon["metadata"]
+            namespaces = spec["namespaceSelector"]
+            ns = None if namespaces.get("any") else namespaces.get("matchNames")
+            for i, ep in enumerate(spec[field]):
+                configs.append(
+                    {
+                        "job_name": f"{kind[0].lower()}{kind[1:]}/{meta['namespace']}/"
+                        f"{meta['name']}/{i}",
+                        "honor_labels": ep.get("honorLabels", False),
+                        "metrics_path": ep.get("path", "/metrics"),
+                        "scrape_interval": interval,
+                        "kubernetes_sd_configs": [_sd(role, api, ns)],
+                        "relabel_configs": [
+                            *extra,
+                            *_keep_labels(selected, spec["selector"]["matchLabels"]),
+                            {
+                                "source_labels": [port_label],
+                                "regex": re.escape(ep["port"]),
+                                "action": "keep",
+                            },
+                            *_target_labels("pod"),
+                            {"target_label": "endpoint", "replacement": ep["port"]},
+                            *_relabelings(ep.get("relabelings", [])),
+                        ],
+                    }
+                )
     return configs
 
 
