@@ -16,7 +16,9 @@ epoch 1 to epoch 2, beyond the tolerance, so a run a training stage off cannot p
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,15 +50,22 @@ def _quality(out: Path) -> list[dict[str, float]]:
     return [r["quality"] for r in rows]
 
 
+def _fp32_x1_and_bf16_x2(
+    make_job: Callable[[int, str], Any], tmp: Path
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """The per-epoch quality of the job trained by 1 worker in fp32 and by 2 in bf16."""
+    fp32 = run_workers(make_job(1, "none"), tmp / "fp32", workers=1)
+    assert fp32.codes == [0], fp32.logs[0]
+    bf16 = run_workers(make_job(2, "bf16"), tmp / "bf16", workers=2)
+    assert bf16.codes == [0, 0], bf16.logs[0]
+    return _quality(tmp / "fp32"), _quality(tmp / "bf16")
+
+
 @pytest.mark.timeout(600)
 def test_gan3d_physics_agree_between_1_worker_fp32_and_2_workers_bf16(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fp32 = run_workers(_job(1, "none"), tmp_path / "fp32", workers=1)
-    assert fp32.codes == [0], fp32.logs[0]
-    bf16 = run_workers(_job(2, "bf16"), tmp_path / "bf16", workers=2)
-    assert bf16.codes == [0, 0], bf16.logs[0]
-    a, b = _quality(tmp_path / "fp32"), _quality(tmp_path / "bf16")
+    a, b = _fp32_x1_and_bf16_x2(_job, tmp_path)
     assert len(a) == len(b) == EPOCHS
     assert set(a[0]) == {"sampling_fraction_error", *SHAPE_ABSOLUTE}
     with capsys.disabled():
@@ -104,12 +113,8 @@ def _acgan_job(workers: int, precision: str):
 def test_acgan_class_accuracy_agrees_between_1_worker_fp32_and_2_workers_bf16(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fp32 = run_workers(_acgan_job(1, "none"), tmp_path / "fp32", workers=1)
-    assert fp32.codes == [0], fp32.logs[0]
-    bf16 = run_workers(_acgan_job(2, "bf16"), tmp_path / "bf16", workers=2)
-    assert bf16.codes == [0, 0], bf16.logs[0]
-    a = [q["class_accuracy"] for q in _quality(tmp_path / "fp32")]
-    b = [q["class_accuracy"] for q in _quality(tmp_path / "bf16")]
+    runs = _fp32_x1_and_bf16_x2(_acgan_job, tmp_path)
+    a, b = ([q["class_accuracy"] for q in run] for run in runs)
     assert len(a) == len(b) == ACGAN_EPOCHS
     with capsys.disabled():
         print(f"\nacgan class accuracy per epoch: fp32 x1 {a}\n{'':>32}bf16 x2 {b}")

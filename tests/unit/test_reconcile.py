@@ -51,8 +51,11 @@ class World:
         self.last: Decision | None = None
         self.plans_made = 0
 
-    def step(self, seconds: float = 1.0, progress: Any = None) -> Decision:
-        """`progress`: a ProgressUpdate read from worker 0's metrics, if any."""
+    def step(
+        self, seconds: float = 1.0, progress: Any = None, unbindable: str | None = None
+    ) -> Decision:
+        """`progress`: a ProgressUpdate read from worker 0's metrics, if any; `unbindable`:
+        the controller's answer to whether a pinned worker can still be bound."""
         self.now += timedelta(seconds=seconds)
 
         def make_plan() -> Plan:
@@ -68,6 +71,7 @@ class World:
             have_service=True,
             have_config_map=True,
             progress=progress,
+            unbindable=unbindable,
         )
         if d.status is not None:
             self.job["status"] = d.status

@@ -4,7 +4,6 @@ anywhere else, and waiting REPLAN_AFTER_SECONDS would only be lost time."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 from kubegan_operator import cache
 from kubegan_operator.api import GANTrainingJob
 from kubegan_operator.planner import Plan
-from kubegan_operator.reconcile import REPLAN_AFTER_SECONDS, reconcile
+from kubegan_operator.reconcile import REPLAN_AFTER_SECONDS
 from kubegan_operator.render import render_pod
 from kubegan_operator.replan import PinnedWorker, unbindable
 from kubegan_operator.topology import NodeInfo, node_capacity
@@ -114,7 +113,7 @@ def test_a_released_gang_whose_node_went_away_is_planned_again_at_once() -> None
     w.step()  # gates lifted
     d = w.step(1)  # waiting for the scheduler, nothing wrong yet
     assert w.status["attempt"] == 0 and not d.delete_pods
-    d = _step(w, "g-worker-1: its planned node n1 is gone")
+    d = w.step(unbindable="g-worker-1: its planned node n1 is gone")
     assert w.status["attempt"] == 1
     assert w.condition("Unschedulable")["reason"] == "Replanning"
     assert "n1 is gone" in w.condition("Unschedulable")["message"]
@@ -128,31 +127,9 @@ def test_a_released_gang_whose_node_went_away_is_planned_again_at_once() -> None
 def test_a_gang_not_released_yet_is_not_replanned() -> None:
     w = World(job())
     w.step()  # created, gated: the release lifts the gates first
-    d = _step(w, "g-worker-1: its planned node n1 is gone")
+    d = w.step(unbindable="g-worker-1: its planned node n1 is gone")
     assert sorted(d.lift_gates) == ["g-worker-0", "g-worker-1"]
     assert w.status["attempt"] == 0
-
-
-def _step(w: World, why: str) -> Any:
-    """World.step with the controller's answer to `unbindable`."""
-    w.now += timedelta(seconds=1)
-    d = reconcile(
-        w.job,
-        list(w.pods.values()),
-        w.nodes,
-        w.now,
-        lambda: w.plan,
-        have_service=True,
-        have_config_map=True,
-        unbindable=why,
-    )
-    if d.status is not None:
-        w.job["status"] = d.status
-    for name in d.lift_gates:
-        w.pods[name]["spec"]["schedulingGates"] = []
-    for name, _force in d.delete_pods:
-        w.pods.pop(name, None)
-    return d
 
 
 def test_a_release_whose_status_write_was_lost_is_recorded_from_the_pods() -> None:
