@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -178,6 +179,16 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
+def _progress_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1 <= value <= 3600:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 1 to 3600")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kubegan",
@@ -250,6 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="trainer_progress",
         action="store_false",
         help="do not read epoch/checkpoint progress from worker 0's metrics port",
+    )
+    p.add_argument(
+        "--progress-interval",
+        type=_progress_seconds,
+        default=15.0,
+        metavar="SECONDS",
+        help="read each running job's progress this often (1-3600, default 15)",
     )
     p.add_argument(
         "--leader-elect",

@@ -52,6 +52,7 @@ from kubegan_operator.workqueue import WorkQueue
 log = logging.getLogger("kubegan.operator")
 T = TypeVar("T")
 
+# Worker 0's metrics are read this often per running job (--progress-interval).
 PROGRESS_SECONDS = 15.0
 # A safety net, not the mechanism: every job is queued this often in case an event was
 # missed. It reads only the indexes, and a job with nothing to do writes nothing.
@@ -69,6 +70,16 @@ MAX_ERROR_DELAY_SECONDS = 60.0
 # are applied at once, and the queue, not the apiserver, was the wait.
 WORKERS = 64
 NOT_READY_GRACE_SECONDS = cache.NOT_READY_GRACE_SECONDS
+
+
+def progress_read_due_in(last_read: float | None, now: float, every: float) -> float:
+    """Seconds until a running job's progress is due to be read again (0: now). Counted from
+    the last successful read, not from the last sync: a sync brought by some other event just
+    before the read was due must not push the read a whole interval further (a short job
+    could then finish between two reads and never show progress)."""
+    if last_read is None:
+        return 0.0
+    return max(0.0, every - (now - last_read))
 
 
 def _owned_by(pod: Mapping[str, Any], uid: str | None) -> bool:
@@ -91,9 +102,11 @@ class Controller:
         namespaces: list[str] | None = None,
         *,
         read_progress: bool = True,
+        progress_seconds: float = PROGRESS_SECONDS,
         workers: int = WORKERS,
     ) -> None:
         self.read_progress = read_progress
+        self.progress_seconds = progress_seconds
         self.kube = kube
         self.prices = prices
         self.namespaces = namespaces or None
@@ -107,7 +120,8 @@ class Controller:
             EVENT_THREADS, thread_name_prefix="kubegan-events"
         )
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}
-        self._progress: dict[cache.JobKey, tuple[float, TrainerProgress]] = {}
+        # Per running job: when worker 0 was last asked, and its last answer.
+        self._progress: dict[cache.JobKey, tuple[float, TrainerProgress | None]] = {}
         self._errors: dict[cache.JobKey, int] = {}
         self._foreign: tuple[float, list[PodUsage]] = (-FOREIGN_PODS_SECONDS, [])
         self._tasks: list[asyncio.Task[None]] = []
@@ -302,7 +316,9 @@ class Controller:
             all_pods = [*all_pods, *(p for p in created if _name(p) not in known)]
         delays = [d.requeue_after, view.grace_left((_node(p) for p in pods), now)]
         if running and self.read_progress:
-            delays.append(PROGRESS_SECONDS)
+            tried_at = self._progress.get(key, (None, None))[0]
+            due = progress_read_due_in(tried_at, time.monotonic(), self.progress_seconds)
+            delays.append(due or self.progress_seconds)
         wanted = [x for x in delays if x is not None]
         if wanted and not d.delete_job:
             self.queue.add(key, min(wanted))
@@ -417,22 +433,24 @@ class Controller:
     def _read_progress(
         self, key: cache.JobKey, job: Mapping[str, Any], pods: list[dict[str, Any]]
     ) -> ProgressUpdate | None:
-        """Epoch and last epoch time from worker 0, at most every PROGRESS_SECONDS."""
+        """Epoch and last epoch time from worker 0, at most every `progress_seconds`."""
         if not self.read_progress:
             return None
-        seen = self._progress.get(key)
-        if seen is not None and time.monotonic() - seen[0] < PROGRESS_SECONDS:
+        tried_at, before = self._progress.get(key, (None, None))
+        if progress_read_due_in(tried_at, time.monotonic(), self.progress_seconds):
             return None
         worker0 = next((p for p in pods if _name(p).endswith("-worker-0")), None)
         ip = ((worker0 or {}).get("status") or {}).get("podIP")
+        if not ip:  # the pod event that brings its IP brings the job back
+            return None
         port = ((job.get("spec") or {}).get("monitoring") or {}).get("metricsPort", 9090)
-        now = fetch_progress(ip, int(port)) if ip else None
+        now = fetch_progress(ip, int(port))
+        # A failed read waits its interval too (a busy worker is not asked again at once),
+        # and keeps the last reading for the next epoch-time difference.
+        self._progress[key] = (time.monotonic(), now or before)
         if now is None:
             return None
-        self._progress[key] = (time.monotonic(), now)
-        return ProgressUpdate(
-            now.epoch, last_epoch_seconds(now, seen[1] if seen else None), now.checkpoint
-        )
+        return ProgressUpdate(now.epoch, last_epoch_seconds(now, before), now.checkpoint)
 
     async def _foreign_usage(self) -> list[PodUsage]:
         """Pods outside the watched namespaces that hold node resources (namespaced mode)."""

@@ -34,7 +34,13 @@ def run_operator(args: argparse.Namespace) -> int:
     except Exception as err:  # no kubeconfig, no in-cluster config
         raise InputError([f"kubeconfig: {str(err).splitlines()[0]}"]) from None
     namespaces = args.namespace or []
-    ctl = controller.Controller(kube, prices, namespaces, read_progress=args.trainer_progress)
+    ctl = controller.Controller(
+        kube,
+        prices,
+        namespaces,
+        read_progress=args.trainer_progress,
+        progress_seconds=args.progress_interval,
+    )
     memo = kopf.Memo(controller=ctl)
     if args.leader_elect:
         memo.elector = LeaseElector(

@@ -336,3 +336,9 @@ def test_trainer_progress_reading_can_be_turned_off() -> None:
     assert "--no-trainer-progress" not in args_of(deployment_container(render("default")))
     docs = render("default", False, "--set", "operator.readTrainerProgress=false")
     assert "--no-trainer-progress" in args_of(deployment_container(docs))
+
+
+def test_progress_interval_reaches_the_operator() -> None:
+    assert args_of(deployment_container(render("default")))["--progress-interval"] == ["15"]
+    docs = render("default", False, "--set", "operator.progressIntervalSeconds=5")
+    assert args_of(deployment_container(docs))["--progress-interval"] == ["5"]

@@ -109,6 +109,12 @@ def test_operator_prices_fifo_and_bad_yaml(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("seconds", ["0", "-5", "nan", "inf", "1e9", "15s", ""])
+def test_a_progress_interval_out_of_range_is_one_line(seconds: str) -> None:
+    line = one_line(kubegan("operator", "--progress-interval", seconds))
+    assert "--progress-interval" in line and "from 1 to 3600" in line
+
+
 def test_size_bound(tmp_path: Path) -> None:
     big = tmp_path / "job.yaml"
     big.write_text("# padding\n" * 200_000)  # 2 MB of comments

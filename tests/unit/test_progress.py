@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+from kubegan_operator.controller import progress_read_due_in
 from kubegan_operator.progress import (
     TrainerProgress,
     fetch_progress,
@@ -43,3 +45,11 @@ def test_reads_epoch_and_durations_from_trainer_metrics() -> None:
 def test_unreachable_or_foreign_endpoint() -> None:
     assert fetch_progress("127.0.0.1", free_port(), timeout=0.5) is None
     assert parse_trainer_metrics("# HELP x y\n# TYPE x gauge\nx 1\n") is None
+
+
+def test_the_next_read_is_due_an_interval_after_the_last_read_not_after_the_last_sync() -> None:
+    assert progress_read_due_in(None, 100.0, 15.0) == 0.0  # never read: now
+    assert progress_read_due_in(100.0, 100.0, 15.0) == 15.0
+    # A sync brought by another event 14 s after a read: the read is 1 s away, not 15.
+    assert progress_read_due_in(100.0, 114.0, 15.0) == pytest.approx(1.0)
+    assert progress_read_due_in(100.0, 140.0, 15.0) == 0.0
