@@ -45,6 +45,7 @@ lint: $(VENV)/.installed
 
 crd: $(VENV)/.installed
 	$(VENV)/bin/kubegan crd > crds/gantrainingjobs.kubegan.io.yaml
+	cp crds/gantrainingjobs.kubegan.io.yaml charts/kubegan/crds/
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/kubegan run examples/digits-local.yaml

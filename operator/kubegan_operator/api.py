@@ -250,7 +250,9 @@ class RunPolicySpec(ApiModel):
 
 class CostSpec(ApiModel):
     accelerator_hourly_price: Annotated[float, Field(ge=0, le=MAX_HOURLY_PRICE)] | None = Field(
-        default=None, description="USD per accelerator-hour; overrides the price table."
+        default=None,
+        description="USD per accelerator-hour; overrides the price table's accelerator prices "
+        "(requested vCPUs and memory are still priced from the table).",
     )
 
 

@@ -228,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--prices",
             metavar="PRICES.yaml",
-            help="price table {source, asOf, accelerators: {NAME: {onDemand, spot}}}",
+            help="price table {source, asOf, accelerators: {NAME: {onDemand, spot}}, "
+            "cpu: {onDemand, spot}, memory: {onDemand, spot}} (USD per unit-hour)",
         )
         p.set_defaults(func=func)
 

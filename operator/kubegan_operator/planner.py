@@ -15,7 +15,7 @@ from typing import Any
 from kubegan_trainer.config import Framework, Strategy
 
 from kubegan_operator.api import GANTrainingJobSpec, SpotPolicy
-from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable, cost_per_hour
+from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable, WorkerRequest, cost_per_hour
 from kubegan_operator.topology import (
     GPU_TAINT_KEYS,
     SPOT_TAINT_KEYS,
@@ -337,6 +337,10 @@ def _plan_tpu(
     return _feasible(spec, chosen, 0, chosen[0].tpu_chips, prices)
 
 
+def _worker_request(spec: GANTrainingJobSpec, accelerators: int) -> WorkerRequest:
+    return WorkerRequest.of(accelerators, spec.resources.cpu, spec.resources.memory)
+
+
 def _feasible(
     spec: GANTrainingJobSpec,
     chosen: list[NodeInfo],
@@ -348,7 +352,7 @@ def _feasible(
         return n.tpu_accelerator if tpu_chips_per_worker else n.accelerator
 
     rate = cost_per_hour(
-        gpus_per_worker or tpu_chips_per_worker,
+        _worker_request(spec, gpus_per_worker or tpu_chips_per_worker),
         [(accelerator_of(n), n.spot) for n in chosen],
         prices,
         spec.cost.accelerator_hourly_price,
@@ -395,7 +399,7 @@ def static_plan(spec: GANTrainingJobSpec, prices: PriceTable = DEFAULT_PRICES) -
             )
         hosts = chips // per_host
         price = r.tpu and cost_per_hour(
-            per_host,
+            _worker_request(spec, per_host),
             [(r.tpu.accelerator, False)] * hosts,
             prices,
             spec.cost.accelerator_hourly_price,
@@ -416,7 +420,10 @@ def static_plan(spec: GANTrainingJobSpec, prices: PriceTable = DEFAULT_PRICES) -
         )
     per_worker = r.gpus_per_worker or 0
     rate = cost_per_hour(
-        per_worker, [(r.accelerator, False)] * r.workers, prices, spec.cost.accelerator_hourly_price
+        _worker_request(spec, per_worker),
+        [(r.accelerator, False)] * r.workers,
+        prices,
+        spec.cost.accelerator_hourly_price,
     )
     return Plan(
         True,

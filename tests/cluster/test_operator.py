@@ -125,7 +125,9 @@ def test_32_gpus_on_v100_pool(
         assert p["status"]["phase"] == "Running"
     status = job_status(cluster, namespace, "gan3d-v100")
     assert status["placement"]["workers"] == 4 and status["placement"]["gpusPerWorker"] == 8
-    assert status["cost"]["ratePerHour"] == pytest.approx(32 * 0.82)
+    # 32 spot V100s, and each of the 4 workers' 32 vCPUs and 200 GiB at the E2 spot prices.
+    cpu_and_memory = 4 * (32 * 0.006543 + 200 * 0.000877)
+    assert status["cost"]["ratePerHour"] == pytest.approx(32 * 0.82 + cpu_and_memory)
     assert condition(status, "CheckpointsPersistent")["status"] == "False"
     table = cluster.run("get", "ganjob", "-n", namespace).stdout.splitlines()
     assert table[0].split() == [

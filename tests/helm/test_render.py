@@ -184,6 +184,12 @@ def test_price_table_reaches_the_operator(preset: str, tmp_path) -> None:
         assert table.source == values["source"] and table.as_of == values["asOf"]
         # null entries delete the chart's defaults (values-aks.yaml: no GCP prices on AKS)
         assert set(table.prices) == {k for k, v in values["accelerators"].items() if v}
+        for unit in ("cpu", "memory"):  # null: only accelerators are charged
+            price = values.get(unit)
+            got = getattr(table, unit)
+            assert (got.on_demand, got.spot) == (
+                (price["onDemand"], price["spot"]) if price else (0.0, 0.0)
+            )
     # The pod restarts when the table changes.
     annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
     changed = render(

@@ -434,6 +434,28 @@ def test_plan_json_is_valid_at_the_price_limits(tmp_path: Path) -> None:
     assert json.loads(result.stdout, parse_constant=lambda c: pytest.fail(c))["costPerHour"] > 0
 
 
+def test_a_huge_cpu_request_at_the_price_limit_renders_a_finite_rate(tmp_path: Path) -> None:
+    """The API admits CPU and memory quantities up to 1e99 (and as many digits as fit in a
+    job file); priced, they stay a finite JSON number."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "accelerators: {}\ncpu: {onDemand: 1000000, spot: 1000000}\n"
+        "memory: {onDemand: 1000000, spot: 1000000}\n"
+    )
+    job = tmp_path / "job.yaml"
+    huge = "9" * 5000
+    job.write_text(
+        job_text(
+            **{"gpusPerWorker: 0": f'gpusPerWorker: 0\n    cpu: "1e99"\n    memory: "{huge}Ei"'}
+        )
+    )
+    result = kubegan("render", "--prices", str(prices), str(job))
+    assert result.returncode == 0, result.stderr
+    pods = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Pod"]
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert 0 < float(env["KUBEGAN_COST_RATE_PER_HOUR"]) < 1e20
+
+
 @pytest.mark.parametrize(
     ("table", "expected"),
     [
@@ -447,6 +469,9 @@ def test_plan_json_is_valid_at_the_price_limits(tmp_path: Path) -> None:
         ),
         ("accelerators:\n  nvidia-tesla-v100: {onDemand: '2', spot: 1}\n", "valid number"),
         ("sorce: x\naccelerators: {}\n", "sorce: unknown field"),
+        ("accelerators: {}\ncpus: {onDemand: 0.03, spot: 0.01}\n", "cpus: unknown field"),
+        ("accelerators: {}\nmemory: {onDemand: 0.004}\n", "memory.spot: required field is missing"),
+        ("accelerators: {}\ncpu: {onDemand: -1, spot: 0}\n", "is not a price in USD per hour"),
         ("- a\n", "expected a price table"),
     ],
 )

@@ -10,9 +10,10 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kubegan_operator.api import GANTrainingJobSpec
+from kubegan_operator.api import CostSpec, GANTrainingJobSpec
 from kubegan_operator.cli import main
 from kubegan_operator.planner import choose_gpu_shape, divisors_descending, plan
+from kubegan_operator.pricing import PriceTable
 from kubegan_operator.topology import build_inventory
 
 from tests.unit.nodes import node, pod
@@ -223,6 +224,27 @@ def test_cpu_workers_prefer_nodes_without_gpus() -> None:
     nodes = [node("gpu-0"), node("cpu-0", 0, pool="cpu"), node("cpu-1", 0, pool="cpu")]
     p = plan(spec(framework="pytorch", workers=2, gpusPerWorker=0), build_inventory(nodes))
     assert p.nodes == ("cpu-0", "cpu-1") and p.strategy == "ddp" and p.cost_per_hour == 0
+
+
+def test_cpu_workers_cost_their_cpu_and_memory_at_the_node_s_price() -> None:
+    """A CPU-only job is not free: its requested vCPUs and GiB are priced, spot on spot nodes
+    (E2 defaults); a job that requests nothing is charged only for accelerators."""
+    cpu_pool = [node(f"cpu-{i}", 0, pool="cpu", spot=True, cpu="2", memory="8Gi") for i in range(2)]
+    shape = {"framework": "pytorch", "workers": 2, "gpusPerWorker": 0}
+    p = plan(spec(**shape, cpu="500m", memory="3Gi"), build_inventory(cpu_pool))
+    assert p.spot and p.cost_per_hour == pytest.approx(2 * (0.5 * 0.006543 + 3 * 0.000877))
+    on_demand = [node(f"od-{i}", 0, pool="od", cpu="2", memory="8Gi") for i in range(2)]
+    p = plan(spec(**shape, cpu="500m", memory="3Gi"), build_inventory(on_demand))
+    assert not p.spot and p.cost_per_hour == pytest.approx(2 * (0.5 * 0.021811 + 3 * 0.002923))
+    no_cpu_prices = PriceTable.from_mapping({"accelerators": {}})
+    assert plan(spec(**shape, cpu="1"), build_inventory(cpu_pool), no_cpu_prices).cost_per_hour == 0
+
+
+def test_the_accelerator_price_override_leaves_cpu_and_memory_priced() -> None:
+    s = spec(gpus=16, cpu="8", memory="64Gi")
+    s = s.model_copy(update={"cost": CostSpec(accelerator_hourly_price=1.0)})
+    p = plan(s, build_inventory(v100_pool(2)))
+    assert p.cost_per_hour == pytest.approx(16 * 1.0 + 2 * (8 * 0.021811 + 64 * 0.002923))
 
 
 def test_cpu_and_memory_requests_are_checked() -> None:

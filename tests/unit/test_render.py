@@ -206,7 +206,9 @@ def test_tensorflow_env() -> None:
         assert env["KUBEGAN_CONFIG"] == "/etc/kubegan/config.json"
         assert env["KUBEGAN_CHECKPOINT_DIR"] == "/checkpoints/gan3d-v100/checkpoints"
         assert env["KUBEGAN_METRICS_PORT"] == "9090"
-        assert float(env["KUBEGAN_COST_RATE_PER_HOUR"]) == pytest.approx(32 * 0.82)
+        # 32 V100s on spot, and 4 workers' 32 vCPUs and 200 GiB each at the E2 spot prices.
+        cpu_and_memory = 4 * (32 * 0.006543 + 200 * 0.000877)
+        assert float(env["KUBEGAN_COST_RATE_PER_HOUR"]) == pytest.approx(32 * 0.82 + cpu_and_memory)
         tf_config = json.loads(env["TF_CONFIG"])
         assert tf_config == {
             "cluster": {
