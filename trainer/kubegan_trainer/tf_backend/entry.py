@@ -19,8 +19,10 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
     """Strategy first (it must configure devices before TF starts), then policy, data,
     models. Returns the TfGanTrainer."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # TF's Python logger repeats every collective it builds at INFO: keep worker logs readable.
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    # TF's Python logger repeats every collective it builds at INFO, and its checkpoint saver
+    # logs each save through absl's ("Sharding callback duration"): keep worker logs readable.
+    for name in ("tensorflow", "absl"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     from kubegan_trainer.tf_backend.data import is_tfrecord_path, make_source
     from kubegan_trainer.tf_backend.loop import TfGanTrainer
     from kubegan_trainer.tf_backend.precision import set_policy
