@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubegan_operator.pricing import DEFAULT_PRICES
 
 ROOT = Path(__file__).resolve().parents[2]
 HACK = ROOT / "hack"
@@ -257,6 +258,9 @@ def operator_release(real_cluster: RealCluster, images_loaded: dict[str, str]) -
 # the preemption tests compare their final weights with) -------------------------------------
 
 EPOCHS = {"digits-torch": 10, "digits-tf": 6}
+# What a digits_job costs an hour on the real nodes (labelled as a GKE spot E2 pool) with the
+# chart's default prices: two workers' half vCPU and 3 GiB each, at the spot prices.
+DIGITS_RATE_PER_HOUR = 2 * (0.5 * DEFAULT_PRICES.cpu.spot + 3 * DEFAULT_PRICES.memory.spot)
 
 
 def digits_job(name: str, framework: str, epochs: int, **spec: Any) -> dict[str, Any]:

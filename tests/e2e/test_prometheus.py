@@ -3,12 +3,15 @@ kubernetes service discovery, which Debian's package lacks) finds the operator a
 trainer's worker 0 through the apiserver (kubernetes service discovery, configured the way
 prometheus-operator configures it from the chart's ServiceMonitor and PodMonitor), scrapes
 them across the node network, and every Grafana dashboard query returns series of an
-in-cluster job; a preemption of that job shows in `kubegan_job_preemptions_total`."""
+in-cluster job; a preemption of that job shows in `kubegan_job_preemptions_total` and in the
+cost: CPU-only workers are priced by their vCPUs and memory, and nothing accrues while the job
+waits for a new gang."""
 
 from __future__ import annotations
 
 import base64
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,14 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import wait_for
-from tests.e2e.conftest import JOBS_NS, OPERATOR_NS, RealCluster, digits_job
+from tests.e2e.conftest import (
+    DIGITS_RATE_PER_HOUR,
+    JOBS_NS,
+    OPERATOR_NS,
+    REAL_NODE_SELECTOR,
+    RealCluster,
+    digits_job,
+)
 from tests.e2e.jobs import Job
 from tests.monitoring.prom import (
     Prometheus,
@@ -30,6 +40,8 @@ from tests.monitoring.prom import (
 
 pytestmark = pytest.mark.timeout(1200)
 JOB = "watched-torch"
+COST = "kubegan_job_cost_dollars_total"
+REAL_NODE_LABEL = ",".join(f"{k}={v}" for k, v in REAL_NODE_SELECTOR.items())
 PROMETHEUS_SA = "prometheus"
 
 # What a Prometheus in the cluster is allowed: discover pods and service endpoints, nothing
@@ -87,6 +99,24 @@ def api_access(cluster: RealCluster, tmp: Path) -> dict[str, Any]:
     }
 
 
+def value(prom: Prometheus, metric: str) -> float | None:
+    """The job's one series of an operator metric, as Prometheus has it now."""
+    series = prom.query(f'{metric}{{ganjob="{JOB}"}}')
+    return float(series[0]["value"][1]) if len(series) == 1 else None
+
+
+def unschedulable(status: dict[str, Any]) -> bool:
+    """Waiting for nodes for a new gang (after a preemption the phase stays Restarting)."""
+    return status.get("phase") in ("Pending", "Restarting") and any(
+        c["type"] == "Unschedulable" and c["status"] == "True" for c in status.get("conditions", [])
+    )
+
+
+def real_node_names(cluster: RealCluster) -> list[str]:
+    nodes = cluster.items("nodes", f"-l{REAL_NODE_LABEL}")
+    return [n["metadata"]["name"] for n in nodes]
+
+
 def finite(prom: Prometheus, expr: str) -> list[dict[str, Any]] | None:
     series = [s for s in prom.query(expr) if math.isfinite(float(s["value"][1]))]
     return series or None
@@ -122,16 +152,49 @@ def test_prometheus_discovers_scrapes_and_the_dashboard_shows_the_job(
         }
         assert labels == {(JOBS_NS, JOB, f"{JOB}-worker-0")}, labels
 
-        # A preemption (a worker deleted by someone else) shows in the operator's counter.
-        real_cluster.kubectl("delete", "pod", "-n", JOBS_NS, f"{JOB}-worker-1", "--wait=false")
-        job.wait("the preemption counted", lambda st: st.get("preemptions") == 1, 120)
+        # The CPU-only workers cost their vCPUs and memory at the spot price while they run.
+        wait_for("the job's rate", lambda: value(prom, "kubegan_job_cost_rate_dollars_per_hour"))
+        rate = value(prom, "kubegan_job_cost_rate_dollars_per_hour")
+        assert rate == pytest.approx(DIGITS_RATE_PER_HOUR, rel=1e-3)
+        wait_for("dollars accrued", lambda: value(prom, COST), timeout=120)
+
+        # A preemption (a worker deleted by someone else) while no node can take a new gang:
+        # it shows in the operator's counter, and in the cost, which stands still until a
+        # new gang runs (cost accrues only while a gang runs) and then goes on.
+        nodes = real_node_names(real_cluster)
+        try:
+            for n in nodes:
+                real_cluster.kubectl("cordon", n)
+            real_cluster.kubectl("delete", "pod", "-n", JOBS_NS, f"{JOB}-worker-1", "--wait=false")
+            job.wait("the preemption counted", lambda st: st.get("preemptions") == 1, 120)
+            waiting = job.wait("no node for a new gang", lambda st: unschedulable(st) and st, 120)
+            dollars = waiting["cost"]["dollars"]
+            assert dollars > 0 and not waiting.get("costAccruedAt"), waiting
+            wait_for(
+                "kubegan_job_preemptions_total = 1",
+                lambda: value(prom, "kubegan_job_preemptions_total") == 1,
+                timeout=60,
+            )
+            wait_for(
+                "the cost gauge at the closed total, the rate at 0",
+                lambda: (
+                    value(prom, COST) == pytest.approx(dollars)
+                    and value(prom, "kubegan_job_cost_rate_dollars_per_hour") == 0
+                ),
+                timeout=90,
+            )
+            # Longer than an accrual period and a scrape: nothing accrued while waiting.
+            time.sleep(45)
+            assert unschedulable(job.observe())
+            assert job.status()["cost"]["dollars"] == dollars
+            assert value(prom, COST) == pytest.approx(dollars)
+        finally:
+            for n in nodes:
+                real_cluster.kubectl("uncordon", n)
+        job.wait("a new gang running", lambda st: st.get("phase") == "Running", 180)
         wait_for(
-            "kubegan_job_preemptions_total = 1",
-            lambda: [
-                s
-                for s in prom.query(f'kubegan_job_preemptions_total{{ganjob="{JOB}"}}')
-                if float(s["value"][1]) == 1
-            ],
-            timeout=60,
+            "the cost going on with the new gang",
+            lambda: (value(prom, COST) or 0) > dollars,
+            timeout=150,
         )
     real_cluster.kubectl("delete", "ganjob", "-n", JOBS_NS, JOB, "--wait=false")
