@@ -37,7 +37,13 @@ NAMESPACED = (
     | {("events", "create")}
 )
 CLUSTER_WIDE = {("nodes", "list"), ("nodes", "watch")}
-LEASE = {("leases.coordination.k8s.io", v) for v in ("create", "get", "update")}
+
+
+def lease_rules(release: Release) -> set[tuple[str, str]]:
+    """Any Lease may be created (a name cannot limit create); only the operator's own (named
+    after the operator, as its ServiceAccount) is read and renewed."""
+    own = f"leases.coordination.k8s.io/{release.service_account}"
+    return {("leases.coordination.k8s.io", "create"), (own, "get"), (own, "update")}
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +104,8 @@ def test_granted_rules_are_exactly_what_the_operator_uses(
     cluster: Kubectl, release: Release
 ) -> None:
     for namespace in (release.namespace, "default"):
-        expected = NAMESPACED | CLUSTER_WIDE | (LEASE if namespace == release.namespace else set())
+        lease = lease_rules(release) if namespace == release.namespace else set()
+        expected = NAMESPACED | CLUSTER_WIDE | lease
         got = granted(cluster, release.user, namespace)
         assert got == expected, (
             f"in {namespace}: unexpected {sorted(got - expected)}, missing {sorted(expected - got)}"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import Kubectl
-from tests.cluster.test_helm_install import CLUSTER_WIDE, LEASE, NAMESPACED
+from tests.cluster.test_helm_install import CLUSTER_WIDE, NAMESPACED, lease_rules
 from tests.helm.release import granted, installed, reconcile_end_to_end
 
 pytestmark = pytest.mark.timeout(600)
@@ -20,6 +20,6 @@ def test_namespaced_release(cluster: Kubectl, tmp_path: Path) -> None:
         # Nodes, and pods read-only, stay cluster-wide: free capacity counts every pod.
         outside = CLUSTER_WIDE | {("pods", "list")}
         assert granted(cluster, release.user, release.job_namespace) == NAMESPACED | outside
-        assert granted(cluster, release.user, release.namespace) == outside | LEASE
+        assert granted(cluster, release.user, release.namespace) == outside | lease_rules(release)
         assert granted(cluster, release.user, "default") == outside
         reconcile_end_to_end(cluster, release, tmp_path)

@@ -272,7 +272,8 @@ ROW = re.compile(r"^(\S+)\s+\[(.*?)\]\s+\[(.*?)\]\s+\[(.*?)\]\s*$")
 
 def granted(k: Kubectl, user: str, namespace: str) -> set[tuple[str, str]]:
     """(resource, verb) pairs of `kubectl auth can-i --list` in a namespace, minus what every
-    ServiceAccount gets anyway (discovery, self reviews: the namespace's default SA's)."""
+    ServiceAccount gets anyway (discovery, self reviews: the namespace's default SA's). A rule
+    limited to named objects shows as `resource/name`."""
 
     def listing(as_user: str) -> set[tuple[str, str]]:
         out = k.run("auth", "can-i", "--list", f"--as={as_user}", "-n", namespace).stdout
@@ -283,8 +284,8 @@ def granted(k: Kubectl, user: str, namespace: str) -> set[tuple[str, str]]:
                 assert line.startswith(" "), line
                 continue
             resource, _urls, names, verbs = m.groups()
-            assert names == "", f"per-name rule granted: {line}"
-            pairs |= {(resource, v) for v in verbs.split()}
+            named = [f"{resource}/{n}" for n in names.split()] or [resource]
+            pairs |= {(r, v) for r in named for v in verbs.split()}
         return pairs
 
     baseline = f"system:serviceaccount:{namespace}:default"

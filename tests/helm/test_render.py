@@ -147,12 +147,15 @@ def test_two_replicas_share_one_leader_lease() -> None:
     # The Lease rules: a Role in the release namespace only, nothing cluster-wide.
     leader = next(r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader"))
     assert leader["metadata"]["namespace"] == namespace
+    lease = args["--leader-election-name"][0]
     assert leader["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["create", "get", "update"],
-        }
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        },
     ]
     assert not any("leases" in rule["resources"] for rule in one(docs, "ClusterRole")["rules"])
 
