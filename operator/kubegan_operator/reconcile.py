@@ -448,7 +448,7 @@ def create_gang(c: Context) -> bool:
         "Normal",
         Reason.workers_created,
         f"attempt {st.attempt}: {plan.workers} worker(s), strategy {plan.strategy}, nodes "
-        f"{', '.join(plan.nodes)}, ${plan.cost_per_hour:.2f}/h",
+        f"{', '.join(plan.nodes)}, {hourly(plan.cost_per_hour)}",
     )
     st.attempt_created_at = c.ts
     transition(st, Phase.pending, c.now)
@@ -629,6 +629,12 @@ def _clean_pods(
         if policy == CleanPodPolicy.all or (policy == CleanPodPolicy.running and not ended):
             out.append((_name(p), _force(p, node_ready)))
     return out
+
+
+def hourly(rate: float) -> str:
+    """A rate for people: cents for GPU jobs, and a CPU-only job's $0.0118/h not shown as
+    $0.01/h (or a tiny one as $0.00/h)."""
+    return f"${rate:.2f}/h" if rate >= 1 or rate == 0 else f"${rate:.3g}/h"
 
 
 def _stored_plan(st: GANTrainingJobStatus) -> Plan | None:

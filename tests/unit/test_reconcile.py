@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, classify
-from kubegan_operator.reconcile import Decision, reconcile
+from kubegan_operator.reconcile import Decision, hourly, reconcile
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 PLAN = Plan(
@@ -455,3 +455,13 @@ def test_a_gang_the_scheduler_cannot_bind_is_planned_again() -> None:
     assert (w.status["restarts"], w.status["preemptions"]) == (0, 0)
     d = w.step()  # old gang gone: planned afresh
     assert len(d.create) == 2
+
+
+def test_an_hourly_rate_reads_well_at_every_size() -> None:
+    assert [hourly(r) for r in (26.24, 1.0, 0.011805, 0.35, 0.0)] == [
+        "$26.24/h",
+        "$1.00/h",
+        "$0.0118/h",
+        "$0.35/h",
+        "$0.00/h",
+    ]
