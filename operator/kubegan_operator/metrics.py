@@ -58,10 +58,12 @@ LEADER = Gauge(
 QUEUE = Gauge("kubegan_work_queue_depth", "Jobs queued for a reconcile", registry=REGISTRY)
 
 
-def observe_job(namespace: str, name: str, status: Mapping[str, Any]) -> None:
+def observe_job(namespace: str, name: str, status: Mapping[str, Any], dollars: float) -> None:
+    """`dollars`: the cost until now, the open accrual interval included (reconcile's
+    dollars_now), which the status's own figure trails by up to an accrual period."""
     labels = {"ganjob": name, "namespace": namespace}
     cost = status.get("cost") or {}
-    COST.labels(**labels).set(float(cost.get("dollars", 0.0)))
+    COST.labels(**labels).set(dollars)
     COST_RATE.labels(**labels).set(
         float(cost.get("ratePerHour", 0.0)) if status.get("phase") == Phase.running else 0.0
     )

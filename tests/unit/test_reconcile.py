@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, classify
-from kubegan_operator.reconcile import Decision, hourly, reconcile
+from kubegan_operator.reconcile import Decision, dollars_now, hourly, parse_time, reconcile
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 PLAN = Plan(
@@ -465,3 +465,16 @@ def test_an_hourly_rate_reads_well_at_every_size() -> None:
         "$0.35/h",
         "$0.00/h",
     ]
+
+
+def test_the_cost_gauge_adds_the_open_interval_the_status_has_not_written_yet() -> None:
+    w = running_world()
+    w.step(60)  # under an accrual period: the status's dollars have not moved
+    written = w.status["cost"]["dollars"]
+    opened = w.status["costAccruedAt"]
+    assert opened and written == 0
+    later = parse_time(opened) + timedelta(seconds=100)
+    assert dollars_now(w.status, later) == pytest.approx(36.0 * 100 / 3600)
+    # A closed interval (not running) adds nothing, whenever it is asked.
+    closed = {"cost": {"dollars": 1.5, "ratePerHour": 36.0}}
+    assert dollars_now(closed, later + timedelta(days=1)) == 1.5
