@@ -14,6 +14,7 @@ exclusive conditions and the cost accrual in step with it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -417,9 +418,14 @@ def create_gang(c: Context) -> bool:
     st = c.st
     if not plan.feasible:
         was = next((x for x in st.conditions if x.type == ConditionType.unschedulable), None)
-        if was is None or was.status != "True" or was.message != plan.reason:
+        said = was is not None and was.status == "True" and was.reason == Reason.no_fit
+        # Said already: the same kind of "no fit" with other counts (each pod bound
+        # elsewhere, each node turning Ready, changes them) is not news. Re-writing it was a
+        # status write and an event per waiting job per capacity change: thousands at 1000
+        # nodes while nodes came up.
+        if not (said and no_fit_gist(was.message) == no_fit_gist(plan.reason)):
             c.event("Warning", Reason.unschedulable, plan.reason)
-        c.condition(ConditionType.unschedulable, True, Reason.no_fit, plan.reason)
+            c.condition(ConditionType.unschedulable, True, Reason.no_fit, plan.reason)
         transition(st, Phase.pending, c.now)
         return True
     c.condition(
@@ -632,6 +638,13 @@ def _clean_pods(
         if policy == CleanPodPolicy.all or (policy == CleanPodPolicy.running and not ended):
             out.append((_name(p), _force(p, node_ready)))
     return out
+
+
+def no_fit_gist(message: str) -> str:
+    """What kind of "no fit" a planner message says, without what changes as the cluster
+    moves: counts, the free-GPU list, the skipped nodes."""
+    head = message.split(" Skipped nodes:", 1)[0]
+    return re.sub(r"\d+", "#", re.sub(r"\[[^\]]*\]", "[]", head))
 
 
 def hourly(rate: float) -> str:

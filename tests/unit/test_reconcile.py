@@ -271,6 +271,31 @@ def test_unschedulable_then_runs_when_capacity_appears() -> None:
     assert len(d.create) == 2 and w.condition("Unschedulable")["status"] == "False"
 
 
+def test_a_waiting_job_is_not_rewritten_when_only_the_counts_change() -> None:
+    """Each pod bound elsewhere and each node turning Ready changes the planner's counts and
+    skipped-node list; the job was told why it waits, and is told again only for a new kind
+    of reason."""
+
+    def no_fit(eligible: int, skipped: str) -> Plan:
+        return Plan(
+            False,
+            strategy="multi-worker",
+            reason=f"no placement for 16 GPUs: need 2 nodes; {eligible} eligible node(s) with "
+            f"free GPUs [0, {eligible % 8}]. Skipped nodes: {skipped}: not ready.",
+        )
+
+    w = World(job(), plan=no_fit(356, "p0-00360"))
+    first = w.step()
+    assert first.events and first.status is not None
+    w.plan = no_fit(331, "p0-00328")
+    d = w.step()
+    assert d.status is None and d.events == []  # nothing to write: the same kind of no-fit
+    assert "356 eligible" in w.condition("Unschedulable")["message"]
+    w.plan = Plan(False, strategy="multi-worker", reason="need 2 node(s) with 8 free GPUs")
+    d = w.step()
+    assert d.events and w.condition("Unschedulable")["message"] == d.events[0][2]
+
+
 def test_success_and_clean_pod_policy() -> None:
     w = running_world(cleanPodPolicy="Running")
     w.end(0, "Succeeded")
