@@ -45,7 +45,7 @@ from kubegan_operator.progress import (
     fetch_progress,
     last_epoch_seconds,
 )
-from kubegan_operator.reconcile import Decision, dollars_now, failed_status, reconcile
+from kubegan_operator.reconcile import Decision, failed_status, reconcile
 from kubegan_operator.topology import PodUsage, pod_usage
 from kubegan_operator.workqueue import WorkQueue
 
@@ -245,9 +245,7 @@ class Controller:
             for j in jobs:  # the cost gauges move on between the status's accruals
                 meta, status = j.get("metadata") or {}, j.get("status") or {}
                 if meta.get("name") and status:
-                    metrics.observe_job(
-                        meta.get("namespace", ""), meta["name"], status, dollars_now(status, now)
-                    )
+                    metrics.observe_job(meta.get("namespace", ""), meta["name"], status, now)
             metrics.QUEUE.set(len(self.queue))
             if time.monotonic() - last_resync >= RESYNC_SECONDS:
                 last_resync = time.monotonic()
@@ -398,8 +396,7 @@ class Controller:
             metrics.TIME_TO_RUNNING.labels(ganjob=name, namespace=namespace).observe(
                 d.time_to_running
             )
-        shown = d.status or old_status
-        metrics.observe_job(namespace, name, shown, dollars_now(shown, datetime.now(UTC)))
+        metrics.observe_job(namespace, name, d.status or old_status, datetime.now(UTC))
         if d.delete_job:
             await self._run(self.kube.delete_job, namespace, name)
             metrics.forget_job(namespace, name)

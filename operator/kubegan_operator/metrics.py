@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kubegan_operator.api import Phase
+from kubegan_operator.reconcile import dollars_now
 
 REGISTRY = CollectorRegistry()
 JOB_LABELS = ("ganjob", "namespace")
@@ -58,12 +60,12 @@ LEADER = Gauge(
 QUEUE = Gauge("kubegan_work_queue_depth", "Jobs queued for a reconcile", registry=REGISTRY)
 
 
-def observe_job(namespace: str, name: str, status: Mapping[str, Any], dollars: float) -> None:
-    """`dollars`: the cost until now, the open accrual interval included (reconcile's
-    dollars_now), which the status's own figure trails by up to an accrual period."""
+def observe_job(namespace: str, name: str, status: Mapping[str, Any], now: datetime) -> None:
+    """The job's gauges as of `now`: its cost includes the open accrual interval, which the
+    status's own figure trails by up to an accrual period."""
     labels = {"ganjob": name, "namespace": namespace}
     cost = status.get("cost") or {}
-    COST.labels(**labels).set(dollars)
+    COST.labels(**labels).set(dollars_now(status, now))
     COST_RATE.labels(**labels).set(
         float(cost.get("ratePerHour", 0.0)) if status.get("phase") == Phase.running else 0.0
     )

@@ -44,6 +44,9 @@ class _PriceEntry(_PriceFileModel):
             )
         return value
 
+    def price(self) -> Price:
+        return Price(self.on_demand, self.spot)
+
 
 class _PriceFile(_PriceFileModel):
     source: str = ""
@@ -87,8 +90,8 @@ class PriceTable:
                 " cpu: {onDemand, spot}, memory: {onDemand, spot}}"
             )
         table = _PriceFile.model_validate(data)
-        prices = {name: Price(p.on_demand, p.spot) for name, p in table.accelerators.items()}
-        cpu, memory = (Price(p.on_demand, p.spot) if p else FREE for p in (table.cpu, table.memory))
+        prices = {name: p.price() for name, p in table.accelerators.items()}
+        cpu, memory = (p.price() if p else FREE for p in (table.cpu, table.memory))
         return cls(prices, table.source, table.as_of, cpu, memory)
 
     @classmethod
