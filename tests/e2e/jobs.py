@@ -81,12 +81,14 @@ class Nodes:
                 self.up(index_of(n))
 
 
+def condition_true(status: dict[str, Any], type_: str) -> bool:
+    """A job's, a pod's or a node's `status` has condition `type_` True."""
+    return any(c["type"] == type_ and c["status"] == "True" for c in status.get("conditions", []))
+
+
 def node_ready(cluster: RealCluster, name: str) -> bool:
     out = cluster.kubectl("get", "node", name, "-o", "json", check=False)
-    if not out:
-        return False
-    conditions = json.loads(out)["status"].get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return bool(out) and condition_true(json.loads(out)["status"], "Ready")
 
 
 @dataclass

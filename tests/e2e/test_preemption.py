@@ -28,6 +28,7 @@ from tests.e2e.jobs import (
     Job,
     Nodes,
     assert_bitwise_equal,
+    condition_true,
     final_weights,
     index_of,
     resumed_at,
@@ -78,9 +79,7 @@ def test_spot_reclaim_mid_epoch_resumes_exactly(
     # One node is left and the job needs two: it waits for capacity and says so.
     job.wait(
         "Unschedulable while one node is left",
-        lambda st: any(
-            c["type"] == "Unschedulable" and c["status"] == "True" for c in st.get("conditions", [])
-        ),
+        lambda st: condition_true(st, "Unschedulable"),
         120,
     )
     nodes.up(REPLACEMENT)
@@ -182,11 +181,7 @@ def test_operator_killed_mid_training_changes_nothing_for_the_job(
     def new_operator_ready() -> bool:
         pods = real_cluster.items("pods", OPERATOR_SELECTOR, ns=OPERATOR_NS)
         return any(
-            p["metadata"]["uid"] != old["metadata"]["uid"]
-            and any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in p["status"].get("conditions", [])
-            )
+            p["metadata"]["uid"] != old["metadata"]["uid"] and condition_true(p["status"], "Ready")
             for p in pods
         )
 

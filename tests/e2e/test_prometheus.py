@@ -27,7 +27,7 @@ from tests.e2e.conftest import (
     RealCluster,
     digits_job,
 )
-from tests.e2e.jobs import Job
+from tests.e2e.jobs import Job, condition_true
 from tests.monitoring.prom import (
     Prometheus,
     chart_objects,
@@ -107,8 +107,8 @@ def value(prom: Prometheus, metric: str) -> float | None:
 
 def unschedulable(status: dict[str, Any]) -> bool:
     """Waiting for nodes for a new gang (after a preemption the phase stays Restarting)."""
-    return status.get("phase") in ("Pending", "Restarting") and any(
-        c["type"] == "Unschedulable" and c["status"] == "True" for c in status.get("conditions", [])
+    return status.get("phase") in ("Pending", "Restarting") and condition_true(
+        status, "Unschedulable"
     )
 
 
