@@ -6,6 +6,7 @@ for `gpus: G` we take the largest divisor d of G that `G/d` eligible nodes can e
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,42 +115,73 @@ def tolerates(tolerations: Sequence[dict[str, Any]], taint: Taint) -> bool:
 # ---- eligibility --------------------------------------------------------------------------
 
 
-def ineligibility(node: NodeInfo, spec: GANTrainingJobSpec) -> str | None:
-    """Why `node` cannot run a worker of this job at all, or None if it can."""
+@dataclass(frozen=True)
+class Requirements:
+    """What a job asks of every node, worked out once per plan: a plan looks at every node
+    of the cluster, and re-deriving tolerations and quantities per node was most of its
+    time at 1000 nodes."""
+
+    spot: SpotPolicy
+    node_selector: tuple[tuple[str, str], ...]
+    accelerator: str
+    tolerations: tuple[dict[str, Any], ...]
+    cpu: Decimal | None
+    memory: Decimal | None
+    cpu_text: str
+    memory_text: str
+
+    @classmethod
+    def of(cls, spec: GANTrainingJobSpec) -> Requirements:
+        r = spec.resources
+        return cls(
+            spot=spec.placement.spot,
+            node_selector=tuple(spec.placement.node_selector.items()),
+            accelerator=r.accelerator or "",
+            tolerations=tuple(job_tolerations(spec)),
+            cpu=None if r.cpu is None else parse_quantity(r.cpu),
+            memory=None if r.memory is None else parse_quantity(r.memory),
+            cpu_text=str(r.cpu),
+            memory_text=str(r.memory),
+        )
+
+
+def ineligibility(
+    node: NodeInfo,
+    req: Requirements,
+    tolerated: dict[Taint, bool] | None = None,
+) -> str | None:
+    """Why `node` cannot run a worker of this job at all, or None if it can. `tolerated`
+    remembers taints already judged (the nodes of a pool share theirs)."""
     if not node.ready:
         return "NotReady"
     if node.unschedulable:
         return "cordoned"
-    policy = spec.placement.spot
-    if policy == SpotPolicy.never and node.spot:
+    if req.spot == SpotPolicy.never and node.spot:
         return "spot node (placement.spot: never)"
-    if policy == SpotPolicy.required and not node.spot:
+    if req.spot == SpotPolicy.required and not node.spot:
         return "not a spot node (placement.spot: required)"
-    for key, value in spec.placement.node_selector.items():
+    for key, value in req.node_selector:
         if node.labels.get(key) != value:
             return f"nodeSelector {key}={value} not matched"
-    accelerator = spec.resources.accelerator
-    if accelerator and accelerator not in (
+    if req.accelerator and req.accelerator not in (
         node.accelerator,
         node.labels.get("nvidia.com/gpu.product", ""),
     ):
-        return f"accelerator {node.accelerator or 'none'}, want {accelerator}"
-    tolerations = job_tolerations(spec)
+        return f"accelerator {node.accelerator or 'none'}, want {req.accelerator}"
     for taint in node.taints:
-        if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        ok = None if tolerated is None else tolerated.get(taint)
+        if ok is None:
+            ok = tolerates(req.tolerations, taint)
+            if tolerated is not None:
+                tolerated[taint] = ok
+        if not ok:
             return f"taint {taint} not tolerated"
-    fits = _fits_cpu_memory(node, spec)
-    if fits:
-        return fits
-    return None
-
-
-def _fits_cpu_memory(node: NodeInfo, spec: GANTrainingJobSpec) -> str | None:
-    r = spec.resources
-    if r.cpu is not None and node.free_cpu < parse_quantity(r.cpu):
-        return f"{_fmt(node.free_cpu)} CPU free, need {r.cpu}"
-    if r.memory is not None and node.free_memory < parse_quantity(r.memory):
-        return f"{_fmt(node.free_memory / 2**30)}Gi memory free, need {r.memory}"
+    if req.cpu is not None and node.free_cpu < req.cpu:
+        return f"{_fmt(node.free_cpu)} CPU free, need {req.cpu_text}"
+    if req.memory is not None and node.free_memory < req.memory:
+        return f"{_fmt(node.free_memory / 2**30)}Gi memory free, need {req.memory_text}"
     return None
 
 
@@ -189,13 +221,13 @@ def choose_nodes(candidates: Sequence[NodeInfo], workers: int, per_worker: int) 
     options: list[tuple[tuple[int, int, str], list[NodeInfo]]] = []
     for pool, nodes in by_pool.items():
         if len(nodes) >= workers:
-            chosen = sorted(nodes, key=node_key)[:workers]
+            chosen = heapq.nsmallest(workers, nodes, key=node_key)
             spot_rank = 0 if all(n.spot for n in chosen) else 1
             waste = sum(n.free_gpus - per_worker for n in chosen)
             options.append(((spot_rank, waste, pool), chosen))
     if options:
         return min(options, key=lambda o: o[0])[1]
-    return sorted(candidates, key=node_key)[:workers]
+    return heapq.nsmallest(workers, candidates, key=node_key)
 
 
 def resolve_strategy(spec: GANTrainingJobSpec, workers: int) -> str:
@@ -224,13 +256,15 @@ def plan(
     eligible: list[NodeInfo] = []
     skipped: list[tuple[str, str]] = []
     seen: set[str] = set()
+    req = Requirements.of(spec)
+    tolerated: dict[Taint, bool] = {}
     for node in inventory.nodes:
         # build_inventory refuses a node listed twice; an Inventory made another way must
         # still never give one node two workers.
         if node.name in seen:
             continue
         seen.add(node.name)
-        why = ineligibility(node, spec)
+        why = ineligibility(node, req, tolerated)
         if why is None:
             eligible.append(node)
         else:
@@ -261,8 +295,11 @@ def _plan_gpu(
     prices: PriceTable,
 ) -> Plan:
     r = spec.resources
-    free = sorted((n.free_gpus for n in eligible), reverse=True)
-    free_text = ", ".join(map(str, free[:12])) + (" …" if len(free) > 12 else "")
+
+    def free_text() -> str:  # only for a reason: sorting every node's GPUs costs
+        free = sorted((n.free_gpus for n in eligible), reverse=True)
+        return ", ".join(map(str, free[:12])) + (" …" if len(free) > 12 else "")
+
     if r.gpus is not None:
         single = spec.strategy == Strategy.mirrored
         d = choose_gpu_shape(r.gpus, [n.free_gpus for n in eligible], single)
@@ -272,7 +309,7 @@ def _plan_gpu(
                 False,
                 strategy=resolve_strategy(spec, 0),
                 reason=f"no placement for {r.gpus} GPUs{_filters(spec)}: need {shape}; "
-                f"{len(eligible)} eligible node(s) with free GPUs [{free_text}]."
+                f"{len(eligible)} eligible node(s) with free GPUs [{free_text()}]."
                 + _skipped_summary(skipped),
             )
         workers, per_worker = r.gpus // d, d
@@ -287,7 +324,7 @@ def _plan_gpu(
             gpus_per_worker=per_worker,
             strategy=resolve_strategy(spec, workers),
             reason=f"need {workers} node(s) with {what}{_filters(spec)}, one worker per node; "
-            f"{len(candidates)} eligible node(s) qualify (free GPUs [{free_text}])."
+            f"{len(candidates)} eligible node(s) qualify (free GPUs [{free_text()}])."
             + _skipped_summary(skipped),
         )
     chosen = choose_nodes(candidates, workers, per_worker)
