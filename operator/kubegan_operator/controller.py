@@ -104,6 +104,7 @@ class Controller:
         read_progress: bool = True,
         progress_seconds: float = PROGRESS_SECONDS,
         workers: int = WORKERS,
+        capacity: cache.FreeCapacity | None = None,
     ) -> None:
         self.read_progress = read_progress
         self.progress_seconds = progress_seconds
@@ -113,6 +114,8 @@ class Controller:
         self.workers = workers
         self.queue: WorkQueue[cache.JobKey] = WorkQueue()
         self.expectations = cache.Expectations()
+        # Fed by the node and pod index handlers below (tests feed their own).
+        self.capacity = capacity or cache.FreeCapacity()
         self.view: cache.View | None = None
         # A gang's creates go out at once, from these threads.
         self._executor = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kubegan-api")
@@ -138,6 +141,7 @@ class Controller:
             services=indices["kubegan_services"],
             config_maps=indices["kubegan_config_maps"],
             expectations=self.expectations,
+            capacity=self.capacity,
         )
 
     def lead(self) -> None:
@@ -533,13 +537,18 @@ async def kubegan_jobs(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str
 
 
 @kopf.index("", "v1", "nodes")
-async def kubegan_nodes(body: kopf.Body, **_: Any) -> dict[str, cache.NodeEntry]:
-    return cache.index_node(dict(body))
+async def kubegan_nodes(body: kopf.Body, memo: Any, **_: Any) -> dict[str, cache.NodeEntry]:
+    entries = cache.index_node(dict(body))
+    for name, entry in entries.items():
+        _ctl(memo).capacity.see_node(name, entry)
+    return entries
 
 
 @kopf.index("", "v1", "pods")
-async def kubegan_pod_usage(body: kopf.Body, **_: Any) -> dict[str, PodUsage]:
-    return cache.index_pod_usage(dict(body))
+async def kubegan_pod_usage(body: kopf.Body, memo: Any, **_: Any) -> dict[str, PodUsage]:
+    entries = cache.index_pod_usage(dict(body))
+    _ctl(memo).capacity.see_pod(cache.pod_key(body), next(iter(entries.values()), None))
+    return entries
 
 
 @kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
@@ -624,9 +633,13 @@ async def _on_job(body: kopf.Body, memo: Any, **_: Any) -> None:
 
 @kopf.on.event("", "v1", "pods")
 async def _on_pod(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    if event.get("type") == "DELETED":  # kopf drops it from its indexes without asking us
+        _ctl(memo).capacity.see_pod(cache.pod_key(body), None)
     _ctl(memo).pod_event(event.get("type") or "", body)
 
 
 @kopf.on.event("", "v1", "nodes")
 async def _on_node(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    if event.get("type") == "DELETED":
+        _ctl(memo).capacity.see_node((body.get("metadata") or {}).get("name", ""), None)
     _ctl(memo).node_event(event.get("type") or "", body)

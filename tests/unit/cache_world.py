@@ -41,7 +41,10 @@ class FakeIndex(Mapping[Any, list[Any]]):
 
 
 class Indexes:
+    """kopf's indexes, and the FreeCapacity the operator's index handlers feed alongside."""
+
     def __init__(self) -> None:
+        self.capacity = cache.FreeCapacity()
         self.jobs = FakeIndex(cache.index_job)
         self.nodes = FakeIndex(cache.index_node)
         self.usage = FakeIndex(cache.index_pod_usage)
@@ -64,14 +67,23 @@ class Indexes:
 
     def add_node(self, body: Mapping[str, Any]) -> None:
         self.nodes.put(body)
+        for name, entry in cache.index_node(body).items():
+            self.capacity.see_node(name, entry)
+
+    def drop_node(self, body: Mapping[str, Any]) -> None:
+        self.nodes.drop(body)
+        self.capacity.see_node(body["metadata"]["name"], None)
 
     def add_pod(self, body: Mapping[str, Any]) -> None:
         self.usage.put(body)
         self.job_pods.put(body)
+        usage = cache.index_pod_usage(body)
+        self.capacity.see_pod(cache.pod_key(body), next(iter(usage.values()), None))
 
     def drop_pod(self, body: Mapping[str, Any]) -> None:
         self.usage.drop(body)
         self.job_pods.drop(body)
+        self.capacity.see_pod(cache.pod_key(body), None)
 
 
 def job_body(

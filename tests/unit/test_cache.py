@@ -9,7 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from kubegan_operator import cache
-from kubegan_operator.topology import build_inventory, pod_usage
+from kubegan_operator.topology import assemble_inventory, build_inventory, pod_usage
 
 from tests.unit import nodes as n
 from tests.unit.cache_world import Indexes, job_body, pod_body
@@ -21,7 +21,9 @@ def view(idx: Indexes, clock: list[float] | None = None) -> cache.View:
     t = clock if clock is not None else [0.0]
     exp = cache.Expectations(clock=lambda: t[0])
     return cache.View(
-        **{k.removeprefix("kubegan_"): v for k, v in _names(idx).items()}, expectations=exp
+        **{k.removeprefix("kubegan_"): v for k, v in _names(idx).items()},
+        expectations=exp,
+        capacity=idx.capacity,
     )
 
 
@@ -62,6 +64,59 @@ def test_the_inventory_from_indexes_equals_the_listed_one() -> None:
         indexed = v.inventory(exclude_job=exclude)
         assert indexed.nodes == listed.nodes
         assert set(indexed.problems) == set(listed.problems) and indexed.problems
+
+
+def test_free_capacity_kept_per_event_equals_the_inventory_summed_afresh() -> None:
+    """FreeCapacity recomputes only what changed; after any sequence of node and pod events
+    (new, changed, moved, finished, deleted, nodes flapping or unreadable) its inventory is
+    the one assembled from the indexes' entries, with and without a job left out and extra
+    usages counted."""
+    rng = random.Random(7)
+    idx = Indexes()
+    nodes: dict[str, dict[str, object]] = {}
+    pods: dict[str, dict[str, object]] = {}
+    for step in range(600):
+        what = rng.random()
+        if what < 0.25 or not nodes:
+            name = f"n{rng.randrange(30)}"
+            body = n.node(name, gpus=rng.choice([0, 4, 8]), cpu=rng.choice(["8", "96", "2500m"]),
+                          pool=f"p{rng.randrange(3)}", spot=rng.random() < 0.5,
+                          ready=rng.random() < 0.8, cordoned=rng.random() < 0.1)  # fmt: skip
+            if rng.random() < 0.05:
+                body["status"]["allocatable"]["nvidia.com/gpu"] = "x"  # unreadable
+            nodes[name] = body
+            idx.add_node(body)
+        elif what < 0.32:
+            idx.drop_node(nodes.pop(rng.choice(sorted(nodes))))
+        elif what < 0.85:
+            name = f"p{rng.randrange(80)}"
+            body = n.pod(name, f"n{rng.randrange(32)}", rng.choice([1, 2, 8]),
+                         namespace=f"ns{rng.randrange(2)}",
+                         phase=rng.choice(["Running", "Running", "Pending", "Succeeded"]),
+                         labels={"kubegan.io/job-name": f"j{rng.randrange(4)}"})  # fmt: skip
+            requests = {"cpu": rng.choice(["1", "500m"])}
+            body["spec"]["containers"][0]["resources"]["requests"] = requests
+            pods[name] = body
+            idx.add_pod(body)
+        elif pods:
+            idx.drop_pod(pods.pop(rng.choice(sorted(pods))))
+        if step % 7:
+            continue
+        entries = [e for store in idx.nodes.values() for e in store]
+        usages = [u for store in idx.usage.values() for u in store]
+        extra = [u for u in map(pod_usage, [n.pod("x", f"n{rng.randrange(30)}", 1,
+                 labels={"kubegan.io/job-name": "j1"}, namespace="ns1")]) if u]  # fmt: skip
+        for exclude in (None, (f"ns{rng.randrange(2)}", f"j{rng.randrange(4)}")):
+            for more in ([], extra):
+                want = assemble_inventory(
+                    [e.capacity for e in entries if e.capacity is not None],
+                    [*usages, *more],  # type: ignore[list-item]
+                    exclude_job=exclude,
+                    problems=[e.problem for e in entries if e.problem],
+                )
+                got = idx.capacity.inventory(exclude, more)  # type: ignore[arg-type]
+                assert got.nodes == want.nodes, step
+                assert sorted(got.problems) == sorted(want.problems), step
 
 
 def test_new_workers_hold_their_planned_node_until_the_watch_shows_them() -> None:
@@ -186,9 +241,14 @@ def test_the_index_handlers_read_kopf_bodies() -> None:
 
     # Coroutines (kopf would run plain functions in its thread pool, one hop per event).
     run = asyncio.run
-    node = run(controller.kubegan_nodes(body=kopf.Body(n.node("n0", gpus=8))))["n0"]
+    memo = kopf.Memo(controller=controller.Controller(kube=None, read_progress=False))
+    body = kopf.Body(n.node("n0", gpus=8))
+    node = run(controller.kubegan_nodes(body=body, memo=memo))["n0"]
     assert node.capacity is not None and node.capacity.gpus == 8 and node.problem is None
-    usage = run(controller.kubegan_pod_usage(body=kopf.Body(pod_body("a", 0, node="n0"))))
+    body = kopf.Body(pod_body("a", 0, node="n0"))
+    usage = run(controller.kubegan_pod_usage(body=body, memo=memo))
     assert usage["n0"].requests["nvidia.com/gpu"] == 8
+    # ... and they keep the controller's free capacity up to date as they index.
+    assert [x.free_gpus for x in memo.controller.capacity.inventory().nodes] == [0]
     pods = run(controller.kubegan_job_pods(body=kopf.Body(pod_body("a", 0, node="n0"))))
     assert pods[("ns", "a")]["spec"]["nodeName"] == "n0"

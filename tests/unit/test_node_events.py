@@ -43,7 +43,7 @@ class World:
 
     def __init__(self) -> None:
         self.idx = Indexes()
-        self.ctl = controller.Controller(kube=None, read_progress=False)
+        self.ctl = controller.Controller(kube=None, read_progress=False, capacity=self.idx.capacity)
         self.ctl.attach(self.idx.indices())
         self.idx.add_job(job_body("run", phase="Running"))
         self.idx.add_job(job_body("other", phase="Running"))

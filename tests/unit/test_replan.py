@@ -69,6 +69,7 @@ def test_the_view_counts_only_pods_bound_by_other_jobs() -> None:
         services=idx.services,
         config_maps=idx.config_maps,
         expectations=cache.Expectations(),
+        capacity=idx.capacity,
     )
     key = ("ns", "g")
     idx.add_node(node("n0"))

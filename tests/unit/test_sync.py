@@ -79,7 +79,7 @@ def sync(kube: FakeKube) -> controller.Controller:
     for i in range(3):
         idx.add_node(node(f"n{i}"))
     idx.add_job(copy.deepcopy(JOB))
-    ctl = controller.Controller(kube=kube, read_progress=False)
+    ctl = controller.Controller(kube=kube, read_progress=False, capacity=idx.capacity)
     ctl.attach(idx.indices())
 
     async def run() -> None:
