@@ -68,3 +68,51 @@ def test_get_waits_for_the_delay_and_wakes_on_add() -> None:
         return got
 
     assert asyncio.run(main()) == ["now", "late"]
+
+
+def test_each_add_wakes_one_waiting_worker_and_every_key_is_handed_out_once() -> None:
+    """Workers wait to be woken one at a time (not all of them on every add), and no key is
+    lost: keys added at once, later, and with delays all reach exactly one worker."""
+
+    async def main() -> tuple[list[str], int]:
+        q: WorkQueue[str] = WorkQueue()
+        got: list[str] = []
+        looks = 0  # how often a worker looked for a due key
+        pop_due = q.pop_due
+
+        def counted() -> str | None:
+            nonlocal looks
+            looks += 1
+            return pop_due()
+
+        q.pop_due = counted  # type: ignore[method-assign]
+
+        async def worker() -> None:
+            while True:
+                key = await q.get()
+                got.append(key)
+                await asyncio.sleep(0.01)
+                q.done(key)
+
+        tasks = [asyncio.create_task(worker()) for _ in range(16)]
+        await asyncio.sleep(0.01)
+        q.add("delayed-1", 0.2)
+        q.add("delayed-2", 0.1)
+        for i in range(40):
+            q.add(f"k{i}")
+        await asyncio.sleep(0.05)
+        q.add("late")
+        q.add("k0")  # handed out again: it was done by now
+        await asyncio.sleep(0.4)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return got, looks
+
+    got, looks = asyncio.run(main())
+    want = [f"k{i}" for i in range(40)] + ["k0", "late", "delayed-1", "delayed-2"]
+    assert sorted(got) == sorted(want)
+    assert got.index("delayed-2") < got.index("delayed-1")
+    # Woken one at a time, a worker looks about twice per key (before and after its wait);
+    # all 16 woken by every add would look hundreds of times.
+    assert looks <= 2 * (len(got) + 16)
