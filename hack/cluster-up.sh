@@ -27,6 +27,7 @@
 #   KUBEGAN_KWOK_PARALLELISM KWOK's node Lease and stage workers (default: KWOK's own, 4); with
 #                            1000 fake nodes on a busy machine 4 cannot renew every Lease in time
 #                            and nodes flap NotReady (bench/operator_scale.py sets 16)
+#   KUBEGAN_PROFILING        true: the apiserver serves /debug/pprof (benchmarks; default false)
 #   KUBEGAN_UP_TIMEOUT       seconds to wait for each component (default 120)
 set -Eeuo pipefail
 trap 'echo "cluster-up.sh: FAILED at line $LINENO: $BASH_COMMAND (logs: $LOGS)" >&2' ERR
@@ -44,6 +45,7 @@ KWOK_STAGES="${KUBEGAN_KWOK_STAGES:-$HACK_DIR/kwok/stages.yaml}"
 NODE_LEASE_SECONDS="${KUBEGAN_NODE_LEASE_SECONDS:-40}"
 KWOK_PARALLELISM="${KUBEGAN_KWOK_PARALLELISM:-}"
 TIMEOUT="${KUBEGAN_UP_TIMEOUT:-120}"
+PROFILING="${KUBEGAN_PROFILING:-false}"
 SERVICE_CIDR=10.0.0.0/24
 POD_CIDR=10.244.0.0/16
 
@@ -204,7 +206,7 @@ start_apiserver() {
       --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
       --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
       --kubelet-certificate-authority="$PKI/ca.crt" \
-      --allow-privileged=true --profiling=false --anonymous-auth=true \
+      --allow-privileged=true --profiling="$PROFILING" --anonymous-auth=true \
       --enable-bootstrap-token-auth=false --event-ttl=1h
   fi
   wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready
