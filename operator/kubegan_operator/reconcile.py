@@ -460,6 +460,12 @@ def create_gang(c: Context) -> bool:
         f"{', '.join(plan.nodes)}, {hourly(plan.cost_per_hour)}",
     )
     st.attempt_created_at = c.ts
+    # The gang is released (its gates lifted) once every worker exists, normally in this same
+    # sync. Recorded now, the release writes no status of its own: a third of a new job's
+    # status writes, the apiserver's costliest requests at scale. Whether a gang *was*
+    # released is read from its pods (ungated), not from this record.
+    st.released_attempt = st.attempt
+    st.released_at = c.ts
     transition(st, Phase.pending, c.now)
     return True
 
@@ -473,24 +479,23 @@ def release_gang(c: Context) -> bool:
         return True
     have = {_name(p) for p in c.current}
     missing = [i for i in range(plan.workers) if worker_name(c.job.metadata.name, i) not in have]
-    if missing and st.released_attempt == st.attempt:
+    released = any(not is_gated(p) for p in c.current)
+    if missing and released:
         # A worker of a released gang vanished (force-deleted, garbage-collected with its
         # node, or gone while the operator was down): its peers cannot go on without it.
         name = worker_name(c.job.metadata.name, missing[0])
         _restart_gang(c, [WorkerState(name, -1, Outcome.disruption, "the pod vanished")])
         return True
     if missing:
+        # Not released yet (every worker still gated): the creates were cut short (the
+        # operator died, or a create failed); finish them.
         c.d.create += [render_pod(c.job, plan, i, uid=c.uid, attempt=st.attempt) for i in missing]
         transition(st, Phase.pending, c.now)
         return True
-    if any(is_gated(p) for p in c.current):
-        c.d.lift_gates = [_name(p) for p in c.current if is_gated(p)]
-        st.released_attempt = st.attempt
-        st.released_at = c.ts
-    elif st.released_attempt != st.attempt:
-        # Every worker is ungated but the release was not recorded: the operator lifts the
-        # gates together with that status write, and the write failed (409) or the operator
-        # died in between. The gang is released; say so now.
+    c.d.lift_gates = [_name(p) for p in c.current if is_gated(p)]
+    if st.released_attempt != st.attempt:
+        # A gang created by an operator that recorded the release only when it lifted the
+        # gates, or whose record was lost: the pods say it is (being) released.
         st.released_attempt = st.attempt
         st.released_at = c.ts
     return False

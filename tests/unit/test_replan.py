@@ -148,3 +148,22 @@ def test_a_release_whose_status_write_was_lost_is_recorded_from_the_pods() -> No
     del w.pods["g-worker-1"]
     d = w.step()
     assert not d.create and w.status["preemptions"] == 1
+
+
+def test_creates_cut_short_are_finished_not_counted_as_a_vanished_worker() -> None:
+    """The plan's status write records the release ahead of the gate lifts; if the operator
+    dies between it and the last create, the gang is still gated: the missing worker is
+    created, nobody is counted as preempted. Once a gate is lifted, a missing worker is a
+    vanished one and restarts the gang."""
+    w = World(job())
+    w.step()
+    assert w.status["releasedAttempt"] == 0
+    del w.pods["g-worker-1"]  # never created: the operator died first
+    d = w.step()
+    assert [o["metadata"]["name"] for o in d.create] == ["g-worker-1"] and not d.delete_pods
+    assert (w.status["attempt"], w.status["restarts"], w.status["preemptions"]) == (0, 0, 0)
+    d = w.step()
+    assert sorted(d.lift_gates) == ["g-worker-0", "g-worker-1"]
+    del w.pods["g-worker-0"]
+    d = w.step()
+    assert not d.create and w.status["preemptions"] == 1
