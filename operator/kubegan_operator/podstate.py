@@ -135,8 +135,14 @@ def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerSt
 
 
 def _pending_detail(pod: Mapping[str, Any]) -> str:
+    """Why the scheduler has not bound the pod, if it said why. `SchedulingGated` is not a
+    reason: it is the operator's own gate, and the condition keeps saying so after the gate
+    is lifted until the scheduler gets to the pod (reporting it as a wait wrote the job's
+    status once more for every new gang)."""
     scheduled = _conditions(pod).get("PodScheduled")
     if scheduled and scheduled.get("status") == "False":
+        if scheduled.get("reason") == "SchedulingGated":
+            return ""
         return f"{scheduled.get('reason', '')}: {scheduled.get('message', '')}".strip(": ")
     return ""
 

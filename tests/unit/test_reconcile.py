@@ -378,6 +378,30 @@ def test_classify_pending_detail() -> None:
     assert w.outcome == Outcome.pending and w.detail == "Unschedulable: 0/3 nodes are available"
 
 
+def test_a_released_gang_the_scheduler_has_not_reached_yet_writes_nothing() -> None:
+    """After the gates are lifted the pods keep PodScheduled=False/SchedulingGated until the
+    scheduler gets to them: that is the operator's own gate, not a reason to wait, and must
+    not cost every new gang an extra status write and an Unschedulable flip."""
+    w = World(job())
+    w.step()
+    w.step()  # gates lifted
+    for pod in w.pods.values():
+        pod["status"] = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates",
+                }
+            ],
+        }
+    d = w.step()
+    assert d.status is None and not d.events
+    assert w.condition("Unschedulable")["status"] == "False"
+
+
 def test_progress_and_last_checkpoint_from_worker_0() -> None:
     from kubegan_operator.progress import ProgressUpdate
 
