@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from kubegan_operator import cache, metrics
+from kubegan_operator import cache, heap, metrics
 from kubegan_operator.api import GROUP, PLURAL, VERSION, GANTrainingJobSpec, Phase
 from kubegan_operator.kube import API_THREADS, EVENT_THREADS
 from kubegan_operator.leader import lost_leadership
@@ -627,12 +627,14 @@ async def _cleanup(memo: Any, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def _on_job(body: kopf.Body, memo: Any, **_: Any) -> None:
+    heap.freeze_loaded_state()
     meta = body.get("metadata") or {}
     _ctl(memo).job_event((meta.get("namespace", ""), meta.get("name", "")))
 
 
 @kopf.on.event("", "v1", "pods")
 async def _on_pod(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    heap.freeze_loaded_state()
     if event.get("type") == "DELETED":  # kopf drops it from its indexes without asking us
         _ctl(memo).capacity.see_pod(cache.pod_key(body), None)
     _ctl(memo).pod_event(event.get("type") or "", body)
@@ -640,6 +642,7 @@ async def _on_pod(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any
 
 @kopf.on.event("", "v1", "nodes")
 async def _on_node(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    heap.freeze_loaded_state()
     if event.get("type") == "DELETED":
         _ctl(memo).capacity.see_node((body.get("metadata") or {}).get("name", ""), None)
     _ctl(memo).node_event(event.get("type") or "", body)

@@ -9,7 +9,7 @@ import kopf
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from kubegan_operator import controller, metrics
+from kubegan_operator import controller, heap, metrics
 from kubegan_operator.kube import Kube
 from kubegan_operator.leader import LeaseConfig, LeaseElector, default_identity, default_namespace
 from kubegan_operator.loading import InputError, load_prices
@@ -29,6 +29,7 @@ def run_operator(args: argparse.Namespace) -> int:
     # The same reader as `kubegan plan --prices`: InputError, one line per problem, before
     # anything starts.
     prices = load_prices(args.prices) if args.prices else DEFAULT_PRICES
+    heap.tune()
     try:
         kube = Kube()
     except Exception as err:  # no kubeconfig, no in-cluster config
