@@ -990,6 +990,10 @@ def main() -> int:
          "; ".join(phase.mean_ms(v, r) for v, r in (("POST", "gantrainingjobs"),
                    ("POST", "pods"), ("PATCH", "pods"), ("PATCH", "gantrainingjobs/status"),
                    ("POST", "pods/binding")))),
+        ("apiserver requests, apply -> all bound (all clients), the most frequent",
+         ", ".join(f"{v} {r} {n:.0f}" for (v, r), (_, n) in sorted(
+             (kv for kv in phase.latency.items() if kv[0][0] not in ("WATCH", "LIST")),
+             key=lambda kv: -kv[1][1])[:10])),
         ("job status writes refused as conflicts (409), apply -> all bound",
          f"{phase.status_conflicts:.0f}"),
         ("operator's requests: mean wait in APF queues (ms)",
