@@ -89,6 +89,8 @@ class WorkQueue(Generic[K]):
                 nxt = self._next_due()
                 if nxt is not None and nxt <= self.clock():
                     self._wake_one()  # more are due: hand the next to another waiter
+                elif nxt is not None and self._waiters:
+                    self._arm(nxt)  # the next is due later: one waiter takes it then
                 return key
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)

@@ -116,3 +116,33 @@ def test_each_add_wakes_one_waiting_worker_and_every_key_is_handed_out_once() ->
     # Woken one at a time, a worker looks about twice per key (before and after its wait);
     # all 16 woken by every add would look hundreds of times.
     assert looks <= 2 * (len(got) + 16)
+
+
+def test_a_delayed_key_goes_to_an_idle_worker_while_another_is_busy() -> None:
+    """The timer that handed out the first delayed key is armed again for the next one: it
+    must not wait for the busy worker to come back."""
+
+    async def main() -> dict[str, float]:
+        q: WorkQueue[str] = WorkQueue()
+        start = asyncio.get_running_loop().time()
+        got: dict[str, float] = {}
+
+        async def worker() -> None:
+            while True:
+                key = await q.get()
+                got[key] = asyncio.get_running_loop().time() - start
+                await asyncio.sleep(0.6 if key == "a" else 0)  # "a" keeps its worker busy
+                q.done(key)
+
+        tasks = [asyncio.create_task(worker()) for _ in range(2)]
+        await asyncio.sleep(0)
+        q.add("a", 0.1)
+        q.add("b", 0.2)
+        await asyncio.sleep(0.5)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return got
+
+    got = asyncio.run(main())
+    assert set(got) == {"a", "b"} and got["b"] < 0.45
