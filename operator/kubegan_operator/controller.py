@@ -136,8 +136,9 @@ class Controller:
         self.view = cache.View(
             jobs=indices["kubegan_jobs"],
             nodes=indices["kubegan_nodes"],
-            usage=indices["kubegan_pod_usage"],
-            job_pods=indices["kubegan_job_pods"],
+            # One index for both views of pods (node names and job keys never collide).
+            usage=indices["kubegan_pods"],
+            job_pods=indices["kubegan_pods"],
             services=indices["kubegan_services"],
             config_maps=indices["kubegan_config_maps"],
             expectations=self.expectations,
@@ -545,15 +546,14 @@ async def kubegan_nodes(body: kopf.Body, memo: Any, **_: Any) -> dict[str, cache
 
 
 @kopf.index("", "v1", "pods")
-async def kubegan_pod_usage(body: kopf.Body, memo: Any, **_: Any) -> dict[str, PodUsage]:
-    entries = cache.index_pod_usage(dict(body))
-    _ctl(memo).capacity.see_pod(cache.pod_key(body), next(iter(entries.values()), None))
-    return entries
-
-
-@kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT})
-async def kubegan_job_pods(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str, Any]]:
-    return cache.index_job_pod(dict(body))
+async def kubegan_pods(body: kopf.Body, memo: Any, **_: Any) -> dict[Any, Any]:
+    """Every pod's resource use by node name (`PodUsage`) and, for a job's worker, the slim
+    pod by job key: one index, so kopf calls one handler per pod event, not two (a handler
+    call is a good part of kopf's cost per event, and pods are most of the events)."""
+    raw = dict(body)
+    usage = cache.index_pod_usage(raw)
+    _ctl(memo).capacity.see_pod(cache.pod_key(body), next(iter(usage.values()), None))
+    return {**usage, **cache.index_job_pod(raw)}
 
 
 @kopf.index("", "v1", "services", labels={JOB_NAME_LABEL: kopf.PRESENT})

@@ -40,6 +40,25 @@ class FakeIndex(Mapping[Any, list[Any]]):
         return len(self._all())
 
 
+class _Both(Mapping[Any, list[Any]]):
+    """The operator's one pod index: usage by node name and worker pods by job key."""
+
+    def __init__(self, *parts: FakeIndex) -> None:
+        self.parts = parts
+
+    def __getitem__(self, key: Any) -> list[Any]:
+        for part in self.parts:
+            if key in part:
+                return part[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (k for part in self.parts for k in part)
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+
 class Indexes:
     """kopf's indexes, and the FreeCapacity the operator's index handlers feed alongside."""
 
@@ -56,8 +75,7 @@ class Indexes:
         return {
             "kubegan_jobs": self.jobs,
             "kubegan_nodes": self.nodes,
-            "kubegan_pod_usage": self.usage,
-            "kubegan_job_pods": self.job_pods,
+            "kubegan_pods": _Both(self.usage, self.job_pods),
             "kubegan_services": self.services,
             "kubegan_config_maps": self.config_maps,
         }

@@ -246,9 +246,8 @@ def test_the_index_handlers_read_kopf_bodies() -> None:
     node = run(controller.kubegan_nodes(body=body, memo=memo))["n0"]
     assert node.capacity is not None and node.capacity.gpus == 8 and node.problem is None
     body = kopf.Body(pod_body("a", 0, node="n0"))
-    usage = run(controller.kubegan_pod_usage(body=body, memo=memo))
-    assert usage["n0"].requests["nvidia.com/gpu"] == 8
+    pods = run(controller.kubegan_pods(body=body, memo=memo))
+    assert pods["n0"].requests["nvidia.com/gpu"] == 8
+    assert pods[("ns", "a")]["spec"]["nodeName"] == "n0"  # the same handler: by job too
     # ... and they keep the controller's free capacity up to date as they index.
     assert [x.free_gpus for x in memo.controller.capacity.inventory().nodes] == [0]
-    pods = run(controller.kubegan_job_pods(body=kopf.Body(pod_body("a", 0, node="n0"))))
-    assert pods[("ns", "a")]["spec"]["nodeName"] == "n0"
