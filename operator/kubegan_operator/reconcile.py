@@ -411,7 +411,8 @@ def shared_objects(c: Context) -> bool:
 
 
 def create_gang(c: Context) -> bool:
-    """No gang yet: plan it and create every worker, gated until all of them exist."""
+    """No gang yet: plan it and create every worker, gated until all of them exist (a gang
+    of one is created ungated: it is whole at once)."""
     if c.current:
         return False
     plan = c.make_plan()
@@ -451,7 +452,8 @@ def create_gang(c: Context) -> bool:
         ConditionType.created,
         True,
         Reason.workers_created,
-        f"attempt {st.attempt}: {plan.workers} worker(s) created, gated until all exist",
+        f"attempt {st.attempt}: {plan.workers} worker(s) created"
+        + (", gated until all exist" if plan.workers > 1 else ""),
     )
     c.event(
         "Normal",

@@ -288,7 +288,9 @@ def render_pod(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "schedulingGates": [{"name": GANG_GATE}],
+        # A gang of one is whole the moment it is created: its gate would only cost a
+        # round trip to lift it (most single-node jobs).
+        **({"schedulingGates": [{"name": GANG_GATE}]} if plan.workers > 1 else {}),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS_USER,

@@ -378,6 +378,19 @@ def test_classify_pending_detail() -> None:
     assert w.outcome == Outcome.pending and w.detail == "Unschedulable: 0/3 nodes are available"
 
 
+def test_a_gang_of_one_starts_ungated_with_one_status_write() -> None:
+    one = Plan(True, workers=1, gpus_per_worker=8, strategy="mirrored", nodes=("n0",))
+    w = World(job(), plan=one)
+    d = w.step()
+    assert [o["spec"].get("schedulingGates") for o in d.create if o["kind"] == "Pod"] == [None]
+    assert "gated" not in w.condition("Created")["message"]
+    d = w.step()  # nothing to release, nothing to write
+    assert d.status is None and not d.lift_gates and not d.create
+    w.schedule_and_run()
+    w.step()
+    assert w.status["phase"] == "Running"
+
+
 def test_a_released_gang_the_scheduler_has_not_reached_yet_writes_nothing() -> None:
     """After the gates are lifted the pods keep PodScheduled=False/SchedulingGated until the
     scheduler gets to them: that is the operator's own gate, not a reason to wait, and must

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubegan_operator.cli import main
 from kubegan_operator.loading import load_job
-from kubegan_operator.planner import plan
+from kubegan_operator.planner import Plan, plan
 from kubegan_operator.render import render_all
 from kubegan_operator.topology import build_inventory
 
@@ -117,6 +117,22 @@ def test_service_configmap_and_ownership() -> None:
         assert labels["kubegan.io/job-name"] == "gan3d-v100"
         assert labels["app.kubernetes.io/part-of"] == "kubegan"
         assert labels["app.kubernetes.io/managed-by"] == "kubegan-operator"
+
+
+def test_only_a_gang_of_more_than_one_is_gated() -> None:
+    """Workers start together or not at all: a gang of several is created gated and
+    released once all exist; a gang of one is whole when created, so it carries no gate
+    (lifting it cost a round trip on every single-node job)."""
+    for case in CASES.values():
+        pods = by_kind(rendered(*case), "Pod")
+        for p in pods:
+            gated = bool(p["spec"].get("schedulingGates"))
+            assert gated == (len(pods) > 1), (case[0], len(pods))
+    assert any(len(by_kind(rendered(*c), "Pod")) > 1 for c in CASES.values())
+    job = load_job(EXAMPLES / CASES["gan3d"][0])
+    one = Plan(True, workers=1, gpus_per_worker=8, strategy="mirrored", nodes=("n0",))
+    (pod,) = by_kind(render_all(job, one, uid=UID), "Pod")
+    assert "schedulingGates" not in pod["spec"]
 
 
 def test_pods_identity_gang_and_scheduling() -> None:
