@@ -157,6 +157,8 @@ class JobExpectations:
     pods: dict[str, tuple[str, float]] = field(default_factory=dict)
     reserved: dict[str, PodUsage] = field(default_factory=dict)  # created, not seen yet
     written: dict[str, Any] | None = None  # the job as the status write returned it
+    # "Service"/"ConfigMap" created (or found there), not seen yet -> until when that holds
+    shared: dict[str, float] = field(default_factory=dict)
 
 
 class Expectations:
@@ -175,6 +177,24 @@ class Expectations:
             # and the job would be planned and created again before its pods appeared.
             what = "present+ungated"
         pods[pod] = (what, self.clock() + EXPECTATION_TIMEOUT_SECONDS)
+
+    def made(self, key: JobKey, kinds: Iterable[str]) -> None:
+        """The job's Service/ConfigMap exist (created or found): until the watch shows them."""
+        until = self.clock() + EXPECTATION_TIMEOUT_SECONDS
+        for kind in kinds:
+            self.of(key).shared[kind] = until
+
+    def unseen_made(self, key: JobKey, seen: Iterable[str]) -> set[str]:
+        """What `made` recorded that the watch does not show yet (`seen`), and has not waited
+        for too long: a Service deleted before the watch ever showed it is created again."""
+        exp = self.jobs.get(key)
+        if exp is None or not exp.shared:
+            return set()
+        now, shown = self.clock(), set(seen)
+        for kind, until in list(exp.shared.items()):
+            if kind in shown or until <= now:
+                del exp.shared[kind]
+        return set(exp.shared)
 
     def reserve(self, key: JobKey, usage: PodUsage) -> None:
         self.of(key).reserved[usage.name] = usage

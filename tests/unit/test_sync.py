@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 import pytest
-from kubegan_operator import controller
+from kubegan_operator import cache, controller
 from kubernetes.client.exceptions import ApiException
 
 from tests.unit.cache_world import Indexes
@@ -135,3 +135,45 @@ def test_a_refused_worker_is_not_released() -> None:
     with pytest.raises(ApiException):  # the worker loop retries it with a backoff
         sync(kube)
     assert not any(c == "lift" for c, _ in kube.calls)
+
+
+def test_service_and_config_map_are_created_once_while_the_watch_lags() -> None:
+    """A sync that runs before the watch shows the job's Service and ConfigMap does not
+    create them again (a 409 each, for one job in seven at 1000 nodes); one that has waited
+    longer than any watch lag does (someone deleted them before the watch showed them)."""
+
+    class Keeping(FakeKube):
+        made: list[dict[str, Any]] = []
+
+        def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+            self.made.append(copy.deepcopy(obj))
+            return super().create(obj)
+
+    kube = Keeping()
+    idx = Indexes()
+    for i in range(3):
+        idx.add_node(node(f"n{i}"))
+    idx.add_job(copy.deepcopy(JOB))
+    ctl = controller.Controller(kube=kube, read_progress=False, capacity=idx.capacity)
+    ctl.attach(idx.indices())
+    key = ("ns", "g")
+
+    def shared_creates() -> list[str]:
+        return [n for c, n in kube.calls if c == "create" and n in ("g", "g-config")]
+
+    async def run() -> None:
+        await ctl.sync(key)
+        for obj in kube.made:  # the watch shows the workers, ungated; not the others yet
+            if obj["kind"] == "Pod":
+                obj["spec"].pop("schedulingGates", None)
+                idx.add_pod(obj)
+        await ctl.sync(key)
+        assert sorted(shared_creates()) == ["g", "g-config"]
+        later = ctl.expectations.clock() + cache.EXPECTATION_TIMEOUT_SECONDS + 1
+        ctl.expectations.clock = lambda: later
+        await ctl.sync(key)
+        assert sorted(shared_creates()) == ["g", "g", "g-config", "g-config"]
+        ctl._event_executor.shutdown(wait=True)
+        ctl._executor.shutdown(wait=True)
+
+    asyncio.run(run())
