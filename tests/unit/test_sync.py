@@ -74,13 +74,19 @@ JOB: dict[str, Any] = {
 }
 
 
-def sync(kube: FakeKube) -> controller.Controller:
+def world(kube: FakeKube) -> tuple[controller.Controller, Indexes]:
+    """A controller over in-memory indexes holding three nodes and the job."""
     idx = Indexes()
     for i in range(3):
         idx.add_node(node(f"n{i}"))
     idx.add_job(copy.deepcopy(JOB))
     ctl = controller.Controller(kube=kube, read_progress=False, capacity=idx.capacity)
     ctl.attach(idx.indices())
+    return ctl, idx
+
+
+def sync(kube: FakeKube) -> controller.Controller:
+    ctl, _ = world(kube)
 
     async def run() -> None:
         await ctl.sync(("ns", "g"))
@@ -150,12 +156,7 @@ def test_service_and_config_map_are_created_once_while_the_watch_lags() -> None:
             return super().create(obj)
 
     kube = Keeping()
-    idx = Indexes()
-    for i in range(3):
-        idx.add_node(node(f"n{i}"))
-    idx.add_job(copy.deepcopy(JOB))
-    ctl = controller.Controller(kube=kube, read_progress=False, capacity=idx.capacity)
-    ctl.attach(idx.indices())
+    ctl, idx = world(kube)
     key = ("ns", "g")
 
     def shared_creates() -> list[str]:
