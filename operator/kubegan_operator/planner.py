@@ -145,11 +145,7 @@ class Requirements:
         )
 
 
-def ineligibility(
-    node: NodeInfo,
-    req: Requirements,
-    tolerated: dict[Taint, bool] | None = None,
-) -> str | None:
+def ineligibility(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool]) -> str | None:
     """Why `node` cannot run a worker of this job at all, or None if it can. `tolerated`
     remembers taints already judged (the nodes of a pool share theirs)."""
     if not node.ready:
@@ -171,12 +167,9 @@ def ineligibility(
     for taint in node.taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
-        ok = None if tolerated is None else tolerated.get(taint)
-        if ok is None:
-            ok = tolerates(req.tolerations, taint)
-            if tolerated is not None:
-                tolerated[taint] = ok
-        if not ok:
+        if taint not in tolerated:
+            tolerated[taint] = tolerates(req.tolerations, taint)
+        if not tolerated[taint]:
             return f"taint {taint} not tolerated"
     if req.cpu is not None and node.free_cpu < req.cpu:
         return f"{_fmt(node.free_cpu)} CPU free, need {req.cpu_text}"
