@@ -49,11 +49,7 @@ class WorkQueue(Generic[K]):
             return
         self._due[key] = due
         heapq.heappush(self._heap, (due, next(self._order), key))
-        if self._waiters:
-            if due <= self.clock():
-                self._wake_one()
-            else:
-                self._arm(due)
+        self._hand_out(due)
 
     def due_in(self, key: K) -> float | None:
         """Seconds until `key` is due (None: not queued); for tests and metrics."""
@@ -86,18 +82,21 @@ class WorkQueue(Generic[K]):
         while True:
             key = self.pop_due()
             if key is not None:
-                nxt = self._next_due()
-                if nxt is not None and nxt <= self.clock():
-                    self._wake_one()  # more are due: hand the next to another waiter
-                elif nxt is not None and self._waiters:
-                    self._arm(nxt)  # the next is due later: one waiter takes it then
+                self._hand_out(self._next_due())  # the next key, to another waiter
                 return key
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
-            nxt = self._next_due()
-            if nxt is not None:
-                self._arm(nxt)
+            self._hand_out(self._next_due())
             await waiter
+
+    def _hand_out(self, due: float | None) -> None:
+        """A key is due at `due`: wake one waiter now if it is due, else when it is."""
+        if due is None or not self._waiters:
+            return
+        if due <= self.clock():
+            self._wake_one()
+        else:
+            self._arm(due)
 
     def _wake_one(self) -> None:
         while self._waiters:
