@@ -193,7 +193,9 @@ class Controller:
             self._nodes_seen.pop(name, None)
             more_capacity = False
         else:
-            key = cache.index_node(body)[name].key
+            # The index handler has just read this event's node (kopf indexes first).
+            entry = cache._one(self.view.nodes.get(name)) if self.view is not None else None
+            key = (entry or cache.index_node(body)[name]).key
             if old == key:
                 return False
             self._nodes_seen[name] = key
@@ -280,12 +282,11 @@ class Controller:
         metrics.RECONCILES.labels(ganjob=name, namespace=namespace).inc()
         # Service/ConfigMap created (or found there) by this or an earlier sync, which the
         # watch may not show yet: asking again was a 409 for one job in seven at 1000 nodes.
-        seen = [
-            kind
+        shown = {
+            kind: view.has(kind, (namespace, obj))
             for kind, obj in (("Service", service_name(name)), ("ConfigMap", config_map_name(name)))
-            if view.has(kind, (namespace, obj))
-        ]
-        made = self.expectations.unseen_made(key, seen)  # kinds created and not seen yet
+        }
+        made = self.expectations.unseen_made(key, (k for k, v in shown.items() if v))
         # At most two rounds: the second only right after this sync created a whole gang.
         for first_round in (True, False):
             uid = job["metadata"].get("uid")
@@ -309,10 +310,8 @@ class Controller:
                 view.node_ready(now),
                 now,
                 make_plan,
-                have_service="Service" in made
-                or view.has("Service", (namespace, service_name(name))),
-                have_config_map="ConfigMap" in made
-                or view.has("ConfigMap", (namespace, config_map_name(name))),
+                have_service="Service" in made or shown["Service"],
+                have_config_map="ConfigMap" in made or shown["ConfigMap"],
                 progress=progress,
                 unbindable=view.unbindable(key, pods),
             )
