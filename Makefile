@@ -3,13 +3,18 @@ SHELL := /bin/bash
 PY_VERSION ?= 3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+# uv at the version pyproject.toml requires, cached outside the repo (hack/install-uv.sh).
+UV_VERSION := $(shell sed -n 's/^required-version = "==\(.*\)"$$/\1/p' pyproject.toml)
+UV := $(HOME)/.cache/kubegan/tools/uv-$(UV_VERSION)/bin/uv
+# What .venv holds: every extra but tensorflow-cuda (the GPU image's; tests run on CPU), exactly
+# as uv.lock pins them (`uv sync` also removes anything the lock does not name).
+VENV_EXTRAS := --extra operator --extra torch --extra tensorflow --extra dev
 # uv keeps one wheel cache per machine; hardlinks make a second .venv (a fresh clone) nearly free.
 export UV_CACHE_DIR ?= $(HOME)/.cache/uv
 export UV_LINK_MODE ?= hardlink
 REAL_NODES ?= 2
 
-.PHONY: install test test-unit test-trainer test-cluster test-fast lint demo cluster-up cluster-down crd clean
+.PHONY: install lock test test-unit test-trainer test-cluster lint demo cluster-up cluster-down crd
 
 # Everything the tests and the demo need: system packages (Debian), the Python environment,
 # the Go-built control plane and real-node binaries (cached by version outside the repo,
@@ -19,10 +24,13 @@ install: $(VENV)/.installed
 	bash hack/build-binaries.sh
 	bash hack/build-node-binaries.sh
 
-$(VENV)/.installed: pyproject.toml
-	@command -v uv >/dev/null 2>&1 || [ -x "$(UV)" ] || python3 -m pip install --user --quiet uv
-	[ -x $(PY) ] || $(UV) venv --python $(PY_VERSION) --seed $(VENV)
-	$(UV) pip install --python $(PY) -e '.[operator,torch,tensorflow,dev]'
+$(UV):
+	bash hack/install-uv.sh >/dev/null
+
+# --locked: a pyproject.toml change without `make lock` fails here instead of installing
+# something the lock does not say.
+$(VENV)/.installed: pyproject.toml uv.lock | $(UV)
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --python $(PY_VERSION) $(VENV_EXTRAS)
 	PYTHONDONTWRITEBYTECODE= $(PY) hack/warm-bytecode.py
 	touch $@
 
@@ -38,6 +46,11 @@ test-trainer: $(VENV)/.installed
 
 test-cluster: install
 	$(PY) -m pytest tests/cluster -q
+
+# Upgrade every pinned dependency on purpose: uv.lock resolved again, requirements/*.txt (the
+# images' lists) exported from it. Commit both and let the whole suite check the upgrade.
+lock: | $(UV)
+	UV=$(UV) bash hack/lock.sh --upgrade
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

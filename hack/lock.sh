@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The lock: uv.lock pins every Python dependency of every extra (one resolution for all of
+# them, for the platforms pyproject.toml's [tool.uv] environments name); requirements/*.txt are
+# exported from it with hashes for the Dockerfile's images, so that each image installs exactly
+# the versions the tests ran with.
+#
+#   hack/lock.sh            re-export requirements/*.txt from uv.lock (no upgrade)
+#   hack/lock.sh --upgrade  resolve again at the newest allowed versions (`make lock`), then export
+#   hack/lock.sh --check    fail when uv.lock or an export is out of date (tests/unit/test_lock.py)
+set -euo pipefail
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+UV="${UV:-$(bash hack/install-uv.sh)}"
+mode="${1:-}"
+
+# image list name -> the extras it is exported with
+declare -A EXTRAS=(
+  [operator]="operator"
+  [torch]="torch"
+  [tensorflow]="tensorflow"
+  [tensorflow-cuda]="tensorflow tensorflow-cuda"
+)
+
+export_all() {  # export_all <dir>
+  local name extra args
+  for name in "${!EXTRAS[@]}"; do
+    args=()
+    for extra in ${EXTRAS[$name]}; do args+=(--extra "$extra"); done
+    "$UV" export --quiet --frozen --no-dev --no-emit-project --no-header --format requirements-txt \
+      "${args[@]}" -o "$1/$name.txt"
+  done
+  # The build backend of the kubegan package itself (pyproject's build-system pins).
+  sed -n '/^\[build-system\]/,/^\[/s/^requires = \[\(.*\)\]$/\1/p' pyproject.toml \
+    | tr -d '" ' | tr ',' '\n' | grep . \
+    | "$UV" pip compile --quiet --no-header --generate-hashes --python-version 3.11 \
+        --python-platform x86_64-manylinux_2_28 - -o "$1/build.txt"
+}
+
+case "$mode" in
+  --upgrade) "$UV" lock --upgrade ;;
+  --check) "$UV" lock --check ;;
+  "") "$UV" lock ;;
+  *) echo "usage: hack/lock.sh [--upgrade|--check]" >&2; exit 2 ;;
+esac
+
+if [[ "$mode" == --check ]]; then
+  tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+  export_all "$tmp"
+  diff -r -u "$tmp" requirements >&2 \
+    || { echo "lock: requirements/ is out of date with uv.lock; run hack/lock.sh" >&2; exit 1; }
+  echo "lock: uv.lock and requirements/ are up to date"
+else
+  export_all requirements
+  echo "lock: uv.lock and requirements/*.txt written"
+fi
