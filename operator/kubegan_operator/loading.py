@@ -142,19 +142,21 @@ _JsonResolver.yaml_implicit_resolvers = {
     for first, resolvers in Resolver.yaml_implicit_resolvers.items()
 }
 
-if yaml.__with_libyaml__:  # libyaml's parser is several times faster
 
-    class _ParserBase(yaml.cyaml.CParser):
+class _PyParserBase(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+
+
+# libyaml's parser is several times faster; PyYAML may be built without it.
+_CParserBase: type | None = None
+if yaml.__with_libyaml__:
+
+    class _CParserBase(yaml.cyaml.CParser):  # type: ignore[no-redef]
         def __init__(self, stream: str) -> None:
             yaml.cyaml.CParser.__init__(self, stream)
-
-else:  # pragma: no cover - PyYAML built without libyaml
-
-    class _ParserBase(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            yaml.reader.Reader.__init__(self, stream)
-            yaml.scanner.Scanner.__init__(self)
-            yaml.parser.Parser.__init__(self)
 
 
 class _Measured(Composer):
@@ -293,29 +295,59 @@ for _tag in _REFUSED_TAGS:
     _JsonConstructor.add_constructor(_tag, _JsonConstructor.construct_refused)
 
 
-class _Loader(_ParserBase, _Measured, _JsonConstructor, _JsonResolver):  # type: ignore[misc]
-    def __init__(self, stream: str, limits: Limits) -> None:
-        _ParserBase.__init__(self, stream)
-        self._measure_init(limits)
-        _JsonConstructor.__init__(self)
-        _JsonResolver.__init__(self)
+def _loader_class(parser_base: type) -> type:
+    """The project's loader on one parser: measured composer, JSON constructor/resolver."""
 
-    # libyaml's CParser brings its own C composer; the measured Python one must win.
-    check_node = Composer.check_node
-    get_node = Composer.get_node
-    get_single_node = Composer.get_single_node
-    compose_document = _Measured.compose_document
-    compose_node = _Measured.compose_node
+    class _Loader(parser_base, _Measured, _JsonConstructor, _JsonResolver):  # type: ignore[misc, valid-type]
+        def __init__(self, stream: str, limits: Limits) -> None:
+            parser_base.__init__(self, stream)
+            self._measure_init(limits)
+            _JsonConstructor.__init__(self)
+            _JsonResolver.__init__(self)
+
+        # libyaml's CParser brings its own C composer; the measured Python one must win.
+        check_node = Composer.check_node
+        get_node = Composer.get_node
+        get_single_node = Composer.get_single_node
+        compose_document = _Measured.compose_document
+        compose_node = _Measured.compose_node
+
+    return _Loader
 
 
-def parse_yaml_documents(text: str, source: str, limits: Limits = JOB_LIMITS) -> list[Any]:
-    """All documents of a YAML stream, empty ones dropped."""
-    loader = _Loader(text, limits)
+_PY_LOADER = _loader_class(_PyParserBase)
+_LOADER = _loader_class(_CParserBase) if _CParserBase is not None else _PY_LOADER
+# Newer libyaml (PyYAML 6.0.4's) stops deep flow nesting in its scanner, which reads ahead of
+# the composer that counts depth: its own words, at its own (later) position. The document is
+# parsed again by the pure-Python parser so that the project's limit and position are reported.
+_LIBYAML_DEPTH_PROBLEM = "maximum nesting depth"
+
+
+def parse_yaml_documents(
+    text: str, source: str, limits: Limits = JOB_LIMITS, *, loader_class: type | None = None
+) -> list[Any]:
+    """All documents of a YAML stream, empty ones dropped. `loader_class` is for tests: the
+    pure-Python loader (`_PY_LOADER`) or the libyaml one (`_LOADER`, the default)."""
+    loader_class = loader_class or _LOADER
+    try:
+        return _parse_documents(text, source, limits, loader_class)
+    except _LibyamlTooDeep:
+        return _parse_documents(text, source, limits, _PY_LOADER)
+
+
+class _LibyamlTooDeep(Exception):
+    """libyaml refused the nesting before the measured composer saw it."""
+
+
+def _parse_documents(text: str, source: str, limits: Limits, loader_class: type) -> list[Any]:
+    loader = loader_class(text, limits)
     try:
         docs = []
         while loader.check_data():
             docs.append(loader.get_data())
     except yaml.MarkedYAMLError as err:
+        if loader_class is not _PY_LOADER and _LIBYAML_DEPTH_PROBLEM in (err.problem or ""):
+            raise _LibyamlTooDeep from None
         mark = err.problem_mark or err.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = err.problem or err.context or "invalid YAML"

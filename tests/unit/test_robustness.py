@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubegan_operator import loading
 from kubegan_operator.cli import main
+from kubegan_operator.loading import InputError
 from kubegan_operator.topology import parse_quantity
 from kubegan_trainer.cluster_env import visible_gpus
 
@@ -68,6 +70,29 @@ def test_deeply_nested_yaml(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == f"{deep}:1:103: invalid YAML: nested deeper than 100 levels"
+
+
+DEEP_DOCUMENTS = {
+    # beyond libyaml's own limit (1000, in its scanner since 0.2.5 as PyYAML 6.0.4 bundles it)
+    "flow, 5000 levels": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "1:103"),
+    # beyond the project's limit only
+    "flow, 150 levels": ("a: " + "[" * 150 + "]" * 150 + "\n", "1:103"),
+    "block, 300 levels": ("".join(f"{'  ' * i}k{i}:\n" for i in range(300)) + "x", "100:199"),
+    "flow mappings, 2000": ("{a: " * 2000 + "1" + "}" * 2000 + "\n", "1:398"),
+}
+
+
+@pytest.mark.parametrize("loader", ["libyaml", "pure-python"])
+@pytest.mark.parametrize("case", sorted(DEEP_DOCUMENTS))
+def test_too_deep_yaml_gets_the_projects_message_from_either_loader(loader: str, case: str) -> None:
+    """Whatever libyaml is installed (and without it), the message is the project's."""
+    if loader == "libyaml":
+        assert yaml.__with_libyaml__, "PyYAML without libyaml: the C loader is not tested"
+    text, where = DEEP_DOCUMENTS[case]
+    loader_class = loading._LOADER if loader == "libyaml" else loading._PY_LOADER
+    with pytest.raises(InputError) as err:
+        loading.parse_yaml_documents(text, "deep.yaml", loader_class=loader_class)
+    assert err.value.problems == [f"deep.yaml:{where}: invalid YAML: nested deeper than 100 levels"]
 
 
 def test_run_output_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
