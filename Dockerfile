@@ -5,12 +5,13 @@
 #   docker build --target trainer-tf    -t ghcr.io/kubegan/trainer-tf:0.1.0 .
 # Builder stages install into a virtualenv; the final stages copy only that virtualenv onto
 # a clean slim base (no compiler, no pip, no package caches). Every dependency ships wheels,
-# so the builders need no build tools either. Versions come from pyproject.toml's pins.
+# so the builders need no build tools either. Versions and hashes come from uv.lock, exported to
+# requirements/*.txt (hack/lock.sh; `make lock` upgrades them on purpose).
 #
 # Layers, so that a code change rebuilds in seconds: each image's dependencies are installed
-# from a list made from pyproject.toml's pins alone (stage `requirements`), so neither a code
-# change nor an edit elsewhere in pyproject.toml invalidates them; the kubegan package itself
-# is built once (stage `package`) and is the last, small layer of every image.
+# from its locked list alone (stage `requirements`), so neither a code change nor an edit of
+# pyproject.toml invalidates them; the kubegan package itself is built once (stage `package`)
+# and is the last, small layer of every image.
 # The builders install with uv (from PyPI, pinned: UV_VERSION), whose download cache is a
 # BuildKit cache mount (nothing of it lands in a layer) and works even behind proxies that
 # strip HTTP caching headers, where pip's does not. Optional BuildKit secrets, mounted only
@@ -25,21 +26,17 @@
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 # ---------------------------------------------------------------- dependency lists
+# requirements/*.txt are exported from uv.lock (hack/lock.sh) with hashes: each image installs
+# exactly the versions the tests ran with, and nothing unhashed.
 FROM ${PYTHON_IMAGE} AS requirements
 WORKDIR /req
-COPY pyproject.toml /src/pyproject.toml
-# tensorflow[and-cuda] adds the CUDA/cuDNN wheels TensorFlow needs to see GPUs.
+COPY requirements/ /req/
+# tensorflow[and-cuda] adds the CUDA/cuDNN wheels TensorFlow needs to see GPUs (extra
+# tensorflow-cuda of pyproject.toml); an empty TF_EXTRA builds the CPU-only list.
 ARG TF_EXTRA=and-cuda
-# Writes build.txt (the build backend), operator.txt, torch.txt and tensorflow.txt.
-RUN python -c "import os, re, tomllib; \
-p = tomllib.load(open('/src/pyproject.toml', 'rb')); \
-base = p['project']['dependencies']; extras = p['project']['optional-dependencies']; \
-tf_extra = os.environ.get('TF_EXTRA', ''); \
-tf = [re.sub(r'^tensorflow(?==)', f'tensorflow[{tf_extra}]', r) if tf_extra else r \
-      for r in extras['tensorflow']]; \
-lists = {'build': p['build-system']['requires'], 'operator': base + extras['operator'], \
-         'torch': base + extras['torch'], 'tensorflow': base + tf}; \
-[open(f'{name}.txt', 'w').write('\n'.join(reqs) + '\n') for name, reqs in lists.items()]"
+RUN if [ "$TF_EXTRA" = "and-cuda" ]; then cp tensorflow-cuda.txt tensorflow-image.txt; \
+    elif [ -z "$TF_EXTRA" ]; then cp tensorflow.txt tensorflow-image.txt; \
+    else echo "TF_EXTRA must be and-cuda or empty, got $TF_EXTRA" >&2; exit 1; fi
 
 # ---------------------------------------------------------------- builders
 FROM ${PYTHON_IMAGE} AS uv
@@ -61,7 +58,7 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
     python -m venv --without-pip /opt/venv \
  && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
-      -r /req/build.txt
+      --require-hashes -r /req/build.txt
 # README.md is the package's readme (pyproject metadata); nothing else outside the packages
 # (examples/models holds the example custom models the trainer images ship).
 COPY pyproject.toml README.md ./
@@ -81,7 +78,7 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
     python -m venv --without-pip /opt/venv \
  && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
-      --compile-bytecode -r /req/requirements.txt
+      --compile-bytecode --require-hashes -r /req/requirements.txt
 
 FROM ${PYTHON_IMAGE} AS deps-torch
 # torch from PyPI on linux/amd64 brings its CUDA runtime wheels (nvidia-*): one image for
@@ -93,17 +90,17 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
     python -m venv --without-pip /opt/venv \
  && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
-      --compile-bytecode -r /req/requirements.txt
+      --compile-bytecode --require-hashes -r /req/requirements.txt
 
 FROM ${PYTHON_IMAGE} AS deps-tf
-COPY --from=requirements /req/tensorflow.txt /req/requirements.txt
+COPY --from=requirements /req/tensorflow-image.txt /req/requirements.txt
 RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
     --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
     --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
     python -m venv --without-pip /opt/venv \
  && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
-      --compile-bytecode -r /req/requirements.txt
+      --compile-bytecode --require-hashes -r /req/requirements.txt
 
 # ---------------------------------------------------------------- runtime base
 FROM ${PYTHON_IMAGE} AS runtime

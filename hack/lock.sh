@@ -21,7 +21,11 @@ declare -A EXTRAS=(
   [tensorflow-cuda]="tensorflow tensorflow-cuda"
 )
 
-export_all() {  # export_all <dir>
+build_requires() {  # pyproject's build-system pins, one per line
+  sed -n '/^\[build-system\]/,/^\[/s/^requires = \[\(.*\)\]$/\1/p' pyproject.toml | tr -d '" ' | tr ',' '\n' | grep .
+}
+
+export_images() {  # export_images <dir>: the images' lists, from uv.lock alone (no network)
   local name extra args
   for name in "${!EXTRAS[@]}"; do
     args=()
@@ -29,11 +33,11 @@ export_all() {  # export_all <dir>
     "$UV" export --quiet --frozen --no-dev --no-emit-project --no-header --format requirements-txt \
       "${args[@]}" -o "$1/$name.txt"
   done
-  # The build backend of the kubegan package itself (pyproject's build-system pins).
-  sed -n '/^\[build-system\]/,/^\[/s/^requires = \[\(.*\)\]$/\1/p' pyproject.toml \
-    | tr -d '" ' | tr ',' '\n' | grep . \
-    | "$UV" pip compile --quiet --no-header --generate-hashes --python-version 3.11 \
-        --python-platform x86_64-manylinux_2_28 - -o "$1/build.txt"
+}
+
+export_build() {  # the build backend of the kubegan package itself, with hashes (asks the index)
+  build_requires | "$UV" pip compile --quiet --no-header --generate-hashes --python-version 3.11 \
+    --python-platform x86_64-manylinux_2_28 - -o requirements/build.txt
 }
 
 case "$mode" in
@@ -45,11 +49,17 @@ esac
 
 if [[ "$mode" == --check ]]; then
   tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-  export_all "$tmp"
+  export_images "$tmp"
+  cp requirements/build.txt "$tmp/build.txt"
   diff -r -u "$tmp" requirements >&2 \
     || { echo "lock: requirements/ is out of date with uv.lock; run hack/lock.sh" >&2; exit 1; }
+  while read -r pin; do
+    grep -qx "$pin \\\\" requirements/build.txt \
+      || { echo "lock: requirements/build.txt does not pin $pin; run hack/lock.sh" >&2; exit 1; }
+  done < <(build_requires)
   echo "lock: uv.lock and requirements/ are up to date"
 else
-  export_all requirements
+  export_images requirements
+  export_build
   echo "lock: uv.lock and requirements/*.txt written"
 fi
