@@ -32,7 +32,6 @@ import os
 import random
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "trainer")]
+sys.path[:0] = [str(ROOT), str(ROOT / "operator"), str(ROOT / "trainer")]
 
 from kubegan_operator.api import GANTrainingJobSpec  # noqa: E402
 from kubegan_operator.cache import FreeCapacity, index_node  # noqa: E402
@@ -59,6 +58,9 @@ from kubegan_operator.topology import (  # noqa: E402
     node_capacity,
     pod_usage,
 )
+from kubegan_trainer.ports import reserve_ports  # noqa: E402
+
+from tests.support.control_plane import cluster_up  # noqa: E402
 
 NAMESPACE = "kubegan-bench"
 BENCH_LABEL = "kubegan.io/bench"
@@ -189,12 +191,6 @@ def plan_table(sizes: Iterable[int], pools: int, repeats: int) -> list[dict[str,
 # ---- the control plane ----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Cluster:
     dir: Path
@@ -218,20 +214,32 @@ class Cluster:
         return result.stdout
 
     def up(self) -> None:
-        subprocess.run(["bash", str(ROOT / "hack" / "cluster-up.sh")], env=self.env, check=True)
+        """hack/cluster-up.sh on the ports of `env`, or on fresh ones (retried if a port
+        race is lost) when `--base-port` did not fix them."""
+        if "KUBEGAN_APISERVER_PORT" in self.env:
+            subprocess.run(["bash", str(ROOT / "hack" / "cluster-up.sh")], env=self.env, check=True)
+        else:
+            self.env = cluster_up(self.env, on_retry=print)
 
     def down(self) -> None:
         subprocess.run(["bash", str(ROOT / "hack" / "cluster-down.sh")], env=self.env, check=False)
 
 
-def cluster_env(cluster_dir: Path, base_port: int) -> dict[str, str]:
+def cluster_env(cluster_dir: Path, base_port: int | None) -> dict[str, str]:
+    fixed_ports = (
+        {
+            "KUBEGAN_APISERVER_PORT": str(base_port),
+            "KUBEGAN_ETCD_PORT": str(base_port + 10),
+            "KUBEGAN_KCM_PORT": str(base_port + 20),
+            "KUBEGAN_SCHEDULER_PORT": str(base_port + 21),
+        }
+        if base_port
+        else {}
+    )
     return {
         **os.environ,
         "KUBEGAN_CLUSTER_DIR": str(cluster_dir),
-        "KUBEGAN_APISERVER_PORT": str(base_port),
-        "KUBEGAN_ETCD_PORT": str(base_port + 10),
-        "KUBEGAN_KCM_PORT": str(base_port + 20),
-        "KUBEGAN_SCHEDULER_PORT": str(base_port + 21),
+        **fixed_ports,
         # KWOK renews every fake node's Lease itself, 4 at a time by default: at 1000 nodes on
         # a busy 2-core machine it fell behind and up to half the nodes flapped NotReady,
         # which restarted running gangs (correctly) and made rebound meaningless. Real
@@ -453,7 +461,7 @@ def cpu_snapshot(c: Cluster, operator_pid: int) -> dict[str, float]:
 
 class OperatorProcess:
     def __init__(self, c: Cluster, kubeconfig: Path, source: Path) -> None:
-        self.health_port, self.metrics_port = free_port(), free_port()
+        self.health_port, self.metrics_port = reserve_ports(2)
         # Kept after the control plane is removed: how a run went is read from it.
         self.log = ROOT / "bench" / "out" / "operator_scale" / "operator.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -741,8 +749,8 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
     from kubernetes import client, config
 
     c = Cluster(args.cluster_dir, cluster_env(args.cluster_dir, args.base_port))
-    print(f"control plane in {c.dir} (apiserver :{args.base_port})", flush=True)
     c.up()
+    print(f"control plane in {c.dir} (apiserver :{c.env['KUBEGAN_APISERVER_PORT']})", flush=True)
     result: dict[str, Any] = {}
     op: OperatorProcess | None = None
     watcher: Watcher | None = None
@@ -924,7 +932,12 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="per phase, seconds")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--cluster-dir", type=Path, default=ROOT / ".cluster-bench")
-    p.add_argument("--base-port", type=int, default=16443, help="apiserver; others above it")
+    p.add_argument(
+        "--base-port",
+        type=int,
+        default=None,
+        help="apiserver port, the others above it (default: free, non-ephemeral ports)",
+    )
     p.add_argument("--keep-cluster", action="store_true", help="leave the control plane up")
     p.add_argument(
         "--operator-source",

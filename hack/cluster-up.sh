@@ -76,7 +76,9 @@ start_proc() {  # start_proc <name> <binary> args...
   log "started $name (pid $!, log ${LOGS#"$REPO_ROOT/"}/$name.log)"
 }
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Free means bindable on every address now (a connect probe calls a port that an established
+# connection owns "free"); the one port helper of the repo decides (trainer/kubegan_trainer/ports.py).
+port_free() { python3 "$REPO_ROOT/trainer/kubegan_trainer/ports.py" --check "$1" 2>/dev/null; }
 require_port_free() {  # require_port_free <port> <what>
   port_free "$1" || die "port $1 ($2) is in use by another process; set ${3} to another port or run hack/cluster-down.sh"
 }

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,18 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+from kubegan_trainer.ports import reserve_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / ".cluster"
 KUBECONFIG = CLUSTER / "kubeconfig"
 FIXTURES = Path(__file__).parent / "fixtures"
 EXAMPLES = ROOT / "examples"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(
@@ -109,8 +103,7 @@ class Operator:
     def __init__(self, log_dir: Path, *extra_args: str, name: str = "operator") -> None:
         self.log_path = log_dir / f"{name}.log"
         self.extra_args = list(extra_args)
-        self.metrics_port = free_port()
-        self.health_port = free_port()
+        self.metrics_port, self.health_port = reserve_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
+from kubegan_trainer.ports import reserve_port
 
-from tests.cluster.conftest import Kubectl, Operator, free_port, load_example, wait_for
+from tests.cluster.conftest import Kubectl, Operator, load_example, wait_for
 from tests.helm.fake_nodes import POOL_LABEL, fake_nodes, toleration
 from tests.monitoring.prom import Prometheus, chart_objects, dashboard, panel_queries, prometheus
 
@@ -33,7 +34,7 @@ def job_file(tmp: Path, namespace: str) -> Path:
         metadata__name=JOB,
         metadata__namespace=namespace,
         spec__training__epochs=500,
-        spec__monitoring={"metricsPort": free_port()},
+        spec__monitoring={"metricsPort": reserve_port()},
         spec__placement={
             "nodeSelector": {POOL_LABEL: namespace},
             "tolerations": [toleration(namespace)],

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 from kubegan_operator.pricing import DEFAULT_PRICES
+
+from tests.support.control_plane import base_env, cluster_up
 
 ROOT = Path(__file__).resolve().parents[2]
 HACK = ROOT / "hack"
@@ -44,15 +45,6 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65000:  # etcd's peer port is port + 1
-            return port
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 900) -> str:
@@ -174,20 +166,11 @@ def real_cluster_up(work_dir: Path, nodes: int = len(REAL_NODES)) -> Iterator[Re
     assert os.geteuid() == 0, "real nodes need root (network namespaces, mounts, cgroups)"
     assert not leftovers(), f"real nodes already on this machine: {leftovers()}"
     cluster_dir = work_dir / "cluster"
-    env = dict(
-        os.environ,
-        KUBEGAN_CLUSTER_DIR=str(cluster_dir),
-        KUBEGAN_APISERVER_PORT=str(free_port()),
-        KUBEGAN_ETCD_PORT=str(free_port()),
-        KUBEGAN_KCM_PORT=str(free_port()),
-        KUBEGAN_SCHEDULER_PORT=str(free_port()),
-        KUBECONFIG=str(cluster_dir / "kubeconfig"),
-        REAL_NODES=str(nodes),
-    )
+    env = base_env(cluster_dir, REAL_NODES=str(nodes))
     # New nodes get their images from the node image store by hard links: bring it up to
     # date with what `make images` built before the nodes start.
     run(["bash", str(HACK / "seed-node-images.sh")], env, timeout=1800)
-    run(["bash", str(HACK / "cluster-up.sh")], env)
+    env = cluster_up(env)
     try:
         run(["bash", str(HACK / "real-node-up.sh")], env)
         cluster = RealCluster(env=env, dir=cluster_dir)

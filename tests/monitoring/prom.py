@@ -14,8 +14,9 @@ from typing import Any
 
 import requests
 import yaml
+from kubegan_trainer.ports import reserve_port
 
-from tests.cluster.conftest import free_port, wait_for
+from tests.cluster.conftest import wait_for
 from tests.helm.chart import MONITORING_ON, by_kind, one, template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +115,7 @@ def prometheus(
     binaries: tuple[str, str] | None = None,
 ) -> Iterator[Prometheus]:
     """A throwaway Prometheus: own port, config and storage; never the Debian service."""
-    port = free_port()
+    port = reserve_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": scrape_configs,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from kubegan_operator.controller import progress_read_due_in
 from kubegan_operator.progress import (
@@ -13,17 +11,12 @@ from kubegan_operator.progress import (
     parse_trainer_metrics,
 )
 from kubegan_trainer.metrics import TrainerMetrics
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from kubegan_trainer.ports import reserve_port
 
 
 def test_reads_epoch_and_durations_from_trainer_metrics() -> None:
     m = TrainerMetrics("g", "ns")
-    port = free_port()
+    port = reserve_port()
     assert m.serve(port)
     assert fetch_progress("127.0.0.1", port) == TrainerProgress(0, 0.0, 0)
     m.epoch.set(1)
@@ -43,7 +36,7 @@ def test_reads_epoch_and_durations_from_trainer_metrics() -> None:
 
 
 def test_unreachable_or_foreign_endpoint() -> None:
-    assert fetch_progress("127.0.0.1", free_port(), timeout=0.5) is None
+    assert fetch_progress("127.0.0.1", reserve_port(), timeout=0.5) is None
     assert parse_trainer_metrics("# HELP x y\n# TYPE x gauge\nx 1\n") is None
 
 

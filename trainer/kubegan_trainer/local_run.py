@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env, visibl
 from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.lifeline import parent_death_hook
 from kubegan_trainer.metrics import MetricsLog
+from kubegan_trainer.ports import reserve_port, reserve_ports
 from kubegan_trainer.progress import read_progress
 from kubegan_trainer.resume_config import record_config
 from kubegan_trainer.rundir import claim_run_dir
@@ -35,18 +35,6 @@ from kubegan_trainer.summary import progress_bar, summary_table
 
 EXIT_STOPPED = 130
 KILL_GRACE_SECONDS = 30.0
-
-
-def free_port(preferred: int | None = None) -> int:
-    """`preferred` when it can be bound on 127.0.0.1, else an OS-chosen free port."""
-    for port in ([preferred] if preferred else []) + [0]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise OSError("no free TCP port on 127.0.0.1")
 
 
 def worker_environments(
@@ -60,8 +48,8 @@ def worker_environments(
     config_path: Path,
 ) -> list[dict[str, str]]:
     """The §4 environment of every local worker (plus thread and GPU pinning)."""
-    hosts = [f"127.0.0.1:{free_port()}" for _ in range(workers)]
-    metrics_port = free_port(config.monitoring.metrics_port)
+    hosts = [f"127.0.0.1:{port}" for port in reserve_ports(workers)]
+    metrics_port = reserve_port(config.monitoring.metrics_port)
     procs = workers * max(1, gpus_per_worker)
     threads = max(1, (os.cpu_count() or 1) // procs)  # don't oversubscribe the cores
     envs = []

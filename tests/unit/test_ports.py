@@ -1,0 +1,177 @@
+"""The one port helper: never a port of the ephemeral range, never one that is bound (also not
+one an established connection owns, which a connect probe calls free), leased across callers."""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from kubegan_trainer import ports
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def own_leases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ports, "LEASE_DIR", tmp_path / "leases")
+
+
+def listen(port: int) -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", port))
+    s.listen()
+    return s
+
+
+def window(monkeypatch: pytest.MonkeyPatch, low: int, size: int) -> range:
+    """Only `size` ports starting at `low` are candidates (the rest is 'ephemeral')."""
+    monkeypatch.setattr(ports, "LOWEST", low)
+    monkeypatch.setattr(ports, "ephemeral_range", lambda *_: (low + size, 65535))
+    return range(low, low + size)
+
+
+def a_free_window(size: int) -> int:
+    """The start of `size` consecutive ports bindable now, below the machine's ephemeral range."""
+    low, _ = ports.ephemeral_range()
+    rng = random.Random()
+    for _ in range(500):
+        start = rng.randrange(ports.LOWEST, low - size)
+        if all(ports.is_bindable(p) for p in range(start, start + size)):
+            return start
+    raise AssertionError("no free window of ports on this machine")
+
+
+def test_reads_the_kernels_range(tmp_path: Path) -> None:
+    f = tmp_path / "range"
+    f.write_text("40000\t50000\n")
+    assert ports.ephemeral_range(f) == (40000, 50000)
+    f.write_text("garbage")
+    assert ports.ephemeral_range(f) == ports.DEFAULT_EPHEMERAL
+    assert ports.ephemeral_range(tmp_path / "missing") == ports.DEFAULT_EPHEMERAL
+
+
+@pytest.mark.parametrize("ephemeral", [(32768, 60999), (1024, 65535 - 50), (20000, 30000)])
+def test_never_a_port_of_the_ephemeral_range(ephemeral: tuple[int, int]) -> None:
+    rng = random.Random(4)
+    got = ports.reserve_ports(20, span=2, rng=rng, ephemeral=ephemeral)
+    assert len(set(got)) == 20
+    for port in got:
+        for p in (port, port + 1):
+            assert not ephemeral[0] <= p <= ephemeral[1], (p, ephemeral)
+            assert ports.LOWEST <= p <= 65535
+
+
+def test_no_room_outside_the_range_is_said() -> None:
+    with pytest.raises(ports.NoFreePort, match="outside the ephemeral range"):
+        ports.reserve_ports(1, ephemeral=(1, 65535))
+
+
+def test_never_a_port_that_is_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    start = a_free_window(12)
+    candidates = window(monkeypatch, start, 12)
+    with ExitStack() as held:
+        for p in candidates:
+            if p != start + 7:
+                held.enter_context(listen(p))
+        assert ports.reserve_ports(1) == [start + 7]
+        # ... and once that one is leased, nothing is left to give.
+        with pytest.raises(ports.NoFreePort):
+            ports.reserve_ports(1)
+
+
+def test_a_port_an_established_connection_owns_is_not_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    start = a_free_window(2)
+    server_port, client_port = start, start + 1
+    with listen(server_port) as server, socket.socket() as client:
+        client.bind(("127.0.0.1", client_port))
+        client.connect(("127.0.0.1", server_port))
+        conn, _ = server.accept()
+        with conn:
+            # A connect probe sees nothing listening on the client's port and calls it free.
+            with socket.socket() as probe:
+                assert probe.connect_ex(("127.0.0.1", client_port)) != 0
+            assert not ports.is_bindable(client_port)
+            window(monkeypatch, client_port, 1)
+            with pytest.raises(ports.NoFreePort):
+                ports.reserve_ports(1)
+
+
+def test_a_block_is_free_as_a_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    start = a_free_window(6)
+    window(monkeypatch, start, 6)
+    # start+1 taken: blocks of two can start only at start+2, start+3 or start+4.
+    with listen(start + 1):
+        got = ports.reserve_ports(1, span=2, rng=random.Random(1))
+    assert got[0] in (start + 2, start + 3, start + 4)
+
+
+def test_leases_keep_two_callers_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    start = a_free_window(4)
+    window(monkeypatch, start, 4)
+    first = set(ports.reserve_ports(2))
+    second = set(ports.reserve_ports(2))
+    assert first.isdisjoint(second) and first | second == set(range(start, start + 4))
+
+
+def test_a_stale_lease_is_taken_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    start = a_free_window(1)
+    window(monkeypatch, start, 1)
+    assert ports.reserve_ports(1) == [start]
+    monkeypatch.setattr(ports, "LEASE_SECONDS", 0.0)
+    assert ports.reserve_ports(1) == [start]
+
+
+def test_preferred_port_when_bindable_else_another() -> None:
+    start = a_free_window(1)
+    assert ports.reserve_port(start) == start
+    with listen(start):
+        assert ports.reserve_port(start) != start
+
+
+def test_script_prints_and_checks(tmp_path: Path) -> None:
+    script = ROOT / "trainer" / "kubegan_trainer" / "ports.py"
+    env = {"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, str(script), "3", "--span", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout.split()
+    assert len(out) == 3 and all(int(p) >= ports.LOWEST for p in out)
+    start = a_free_window(1)
+    with listen(start):
+        busy = subprocess.run(
+            [sys.executable, str(script), "--check", str(start)], capture_output=True, text=True
+        )
+    assert busy.returncode == 1 and f"port {start} is in use" in busy.stderr
+    free = subprocess.run([sys.executable, str(script), "--check", str(start)])
+    assert free.returncode == 0
+
+
+def sources() -> Iterator[Path]:
+    for top in ("tests", "bench", "hack", "trainer", "operator"):
+        for path in (ROOT / top).rglob("*"):
+            if path.suffix in (".py", ".sh") and path.is_file():
+                yield path
+
+
+def test_nothing_else_picks_a_port_by_bind_zero_or_by_connecting() -> None:
+    """Acceptance: one helper; no `bind((host, 0))` and no connect probe deciding a port."""
+    bind_zero = re.compile(r"\.bind\(\(\s*[^,]+,\s*0\s*\)\)")
+    probe = re.compile(r"port_free\(\)[^\n]*/dev/tcp")
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in sources()
+        if bind_zero.search(p.read_text()) or probe.search(p.read_text())
+    ]
+    assert offenders == []
