@@ -14,8 +14,13 @@ for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
     || missing+=("$pkg")
 done
+# Debian's stable releases take only security and point-release fixes, so a version pin would
+# break on every point release; the versions in use are printed instead, for every run's log.
+print_versions() {
+  dpkg-query -W -f='install-debian-packages: ${Package} ${Version} (${Architecture})\n' "${PACKAGES[@]}"
+}
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-debian-packages: ${PACKAGES[*]} already installed"
+  print_versions
   exit 0
 fi
 
@@ -35,3 +40,4 @@ trap cleanup EXIT
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 echo "install-debian-packages: installed ${missing[*]}"
+print_versions
