@@ -6,6 +6,7 @@ import argparse
 import logging
 
 import kopf
+from kubegan_trainer.ports import is_bindable
 from kubernetes import client
 from prometheus_client import start_http_server
 
@@ -16,6 +17,19 @@ from kubegan_operator.loading import InputError, load_prices
 from kubegan_operator.pricing import DEFAULT_PRICES
 
 log = logging.getLogger("kubegan.operator")
+
+
+def require_free_ports(args: argparse.Namespace) -> None:
+    """Both servers' ports bindable before anything starts: kopf binds the liveness port inside
+    its event loop, where a taken port ends the operator with aiohttp's words and no flag."""
+    for port, flag in ((args.metrics_port, "--metrics-port"), (args.health_port, "--health-port")):
+        if not is_bindable(port):
+            raise InputError(
+                [
+                    f"kubegan operator: port {port} ({flag}) is already in use by another "
+                    f"process; choose another with {flag} PORT"
+                ]
+            )
 
 
 def run_operator(args: argparse.Namespace) -> int:
@@ -29,6 +43,7 @@ def run_operator(args: argparse.Namespace) -> int:
     # The same reader as `kubegan plan --prices`: InputError, one line per problem, before
     # anything starts.
     prices = load_prices(args.prices) if args.prices else DEFAULT_PRICES
+    require_free_ports(args)
     heap.tune()
     try:
         kube = Kube()
