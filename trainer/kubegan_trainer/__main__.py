@@ -19,6 +19,7 @@ from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+from kubegan_trainer.files import regular_file_problem
 
 BACKENDS = {"pytorch": "kubegan_trainer.torch_backend", "tensorflow": "kubegan_trainer.tf_backend"}
 # The package each backend needs; a missing one is a one-line error, not a traceback.
@@ -33,9 +34,12 @@ def configure_logging() -> None:
 
 
 def load_config(path: str) -> TrainerConfig:
+    if not path:  # Path("") is ".", a directory: say what is really wrong
+        raise TrainerError("KUBEGAN_CONFIG: empty; set it to the job's config.json")
     p = Path(path)
-    if not p.is_file():
-        raise TrainerError(f"KUBEGAN_CONFIG: {p} does not exist")
+    problem = regular_file_problem(p)  # a FIFO would block the read
+    if problem is not None:
+        raise TrainerError(f"KUBEGAN_CONFIG: {p} {problem}")
     try:
         return TrainerConfig.from_file(p)
     except ValidationError as err:

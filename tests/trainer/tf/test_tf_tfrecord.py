@@ -3,12 +3,19 @@ read back through tf.data, trained on 2 replicas; each example once per epoch.""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from kubegan_trainer.data.showers import synthetic_showers
 from kubegan_trainer.driver import Hooks
-from kubegan_trainer.tf_backend.data import write_shower_shards
+from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.tf_backend.data import (
+    SHARD_INDEX,
+    TfRecordSource,
+    shard_index_counts,
+    write_shower_shards,
+)
 
 from tests.trainer.tf.tfutil import tf_config, trainer
 
@@ -33,3 +40,42 @@ def test_gan3d_trains_from_tfrecord_shards(tmp_path: Path) -> None:
     assert t.fit() == 0
     assert len(seen) == 2 * 4 * 2 and len(set(seen)) == len(seen)  # steps x batch x replicas
     assert (tmp_path / "out" / "samples" / "epoch-0001.png").is_file()
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_among_the_shards_is_refused_by_name(tmp_path: Path) -> None:
+    """Issue 22: TensorFlow opens shards by name; a FIFO blocked it until killed."""
+    write_shower_shards(synthetic_showers(4, seed=3), tmp_path, num_shards=2)
+    fifo = tmp_path / "z.tfrecord"
+    os.mkfifo(fifo)
+    with pytest.raises(TrainerError) as err:
+        TfRecordSource(tmp_path, seed=1, num_workers=1)
+    assert str(err.value) == f"spec.data.path: {fifo} is a FIFO, not a regular file"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "index",
+    [
+        "[1, 2]",
+        '"files"',
+        '{"files": [1]}',
+        '{"files": {"NAME": "2"}}',
+        '{"files": {"NAME": true}}',
+        '{"files": {"NAME": -1}}',
+        '{"files": {"NAME": 1e400}}',
+        "[" * 100_000,
+        "FIFO",
+    ],
+)
+def test_a_malformed_shard_index_means_counting_the_shards(tmp_path: Path, index: str) -> None:
+    """Issue 22: an index of the wrong shape raised AttributeError/ValueError."""
+    shards = write_shower_shards(synthetic_showers(6, seed=3), tmp_path, num_shards=2)
+    path = tmp_path / SHARD_INDEX
+    path.unlink()
+    if index == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.write_text(index.replace("NAME", shards[0].name))
+    assert shard_index_counts(path) == {}
+    assert TfRecordSource(tmp_path, seed=1, num_workers=1).num_samples == 6

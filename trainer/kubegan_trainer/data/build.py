@@ -97,5 +97,7 @@ def held_out_pairs(config: TrainerConfig) -> dict[str, Any] | None:
         return None
     from kubegan_trainer.data import files
 
-    pairs = files.load_paired_folder(Path(path), size, opts.get("direction", "AtoB"))
+    pairs = files.load_paired_folder(
+        Path(path), size, opts.get("direction", "AtoB"), field="spec.model.options.heldOutPath"
+    )
     return pairs.head(HELD_OUT_PAIRS)

@@ -1,10 +1,14 @@
 """`data.source: files`: HDF5 showers, image folders and side-by-side paired images.
 
-Every problem is a TrainerError naming `spec.data.path`, raised before training starts.
+Every problem is a TrainerError naming `spec.data.path` (or the option that named the
+folder), raised before training starts. Only regular files are opened: each file's type is
+checked with stat() first, so a FIFO, socket or device in a folder (or a symlink to one) is
+refused by name instead of blocking the worker in open().
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +18,7 @@ from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.data.imageops import pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
 from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.files import IMAGE_MAX_BYTES, read_regular, require_regular
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 HDF5_SUFFIXES = {".h5", ".hdf5", ".hdf"}
@@ -23,13 +28,14 @@ HDF5_SUFFIXES = {".h5", ".hdf5", ".hdf"}
 ECAL_KEY = "ECAL"
 ENERGY_KEYS = ("energy", "target")
 DEFAULT_ANGLE_KEY = "theta"
+DATA_FIELD = "spec.data.path"
 
 
-def _require(path: Path) -> Path:
+def _require(path: Path, field: str = DATA_FIELD) -> Path:
     if not str(path):
-        raise TrainerError("spec.data.path: required when spec.data.source is files")
+        raise TrainerError(f"{field}: required when spec.data.source is files")
     if not path.exists():
-        raise TrainerError(f"spec.data.path: {path} does not exist")
+        raise TrainerError(f"{field}: {path} does not exist")
     return path
 
 
@@ -37,9 +43,12 @@ def _hdf5_files(path: Path) -> list[Path]:
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix.lower() in HDF5_SUFFIXES)
         if not files:
-            raise TrainerError(f"spec.data.path: no .h5/.hdf5 files in {path}")
-        return files
-    return [path]
+            raise TrainerError(f"{DATA_FIELD}: no .h5/.hdf5 files in {path}")
+    else:
+        files = [path]
+    for f in files:  # h5py opens by name: a FIFO would block it
+        require_regular(f, DATA_FIELD)
+    return files
 
 
 def load_showers(
@@ -87,22 +96,42 @@ def load_showers(
     return Dataset(kind="showers", arrays=arrays, info={"source": str(path)})
 
 
-def _image_files(root: Path) -> list[Path]:
+def _image_files(root: Path, field: str = DATA_FIELD) -> list[Path]:
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
-        raise TrainerError(
-            f"spec.data.path: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {root}"
-        )
+        raise TrainerError(f"{field}: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {root}")
+    for f in files:  # all of them before the first decode: a refusal costs no time
+        require_regular(f, field)
     return files
 
 
-def _open(f: Path) -> Image.Image:
+# What PIL raises for a damaged or hostile file besides OSError: truncated headers
+# (SyntaxError, EOFError, ValueError) and images past its decompression-bomb limit.
+_IMAGE_ERRORS = (
+    OSError,
+    UnidentifiedImageError,
+    SyntaxError,
+    EOFError,
+    ValueError,
+    Image.DecompressionBombError,
+)
+
+
+def _open(f: Path, field: str = DATA_FIELD) -> Image.Image:
+    """The decoded image `f`, read as bytes by the trainer (regular files only)."""
+    require_regular(f, field)  # stat first: a FIFO is never opened
     try:
-        im = Image.open(f)
+        raw = read_regular(f, IMAGE_MAX_BYTES)
+    except TrainerError as err:
+        raise TrainerError(f"{field}: {err}") from None
+    except OSError as err:
+        raise TrainerError(f"{field}: {f} cannot be read ({err.strerror or err})") from None
+    try:
+        im = Image.open(io.BytesIO(raw))
         im.load()
         return im
-    except (OSError, UnidentifiedImageError) as err:
-        raise TrainerError(f"spec.data.path: {f} is not a readable image ({err})") from None
+    except _IMAGE_ERRORS as err:
+        raise TrainerError(f"{field}: {f} is not a readable image ({err})") from None
 
 
 def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dataset:
@@ -130,18 +159,19 @@ def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dat
     )
 
 
-def load_paired_folder(path: Path, size: int, direction: str = "AtoB") -> Dataset:
-    """pix2pix layout: each image holds A | B side by side (width = 2 x height)."""
-    root = _require(path)
-    files = _image_files(root) if root.is_dir() else [root]
+def load_paired_folder(
+    path: Path, size: int, direction: str = "AtoB", field: str = DATA_FIELD
+) -> Dataset:
+    """pix2pix layout: each image holds A | B side by side (width = 2 x height). `field`
+    names the setting that gave `path` in messages (the held-out folder is an option)."""
+    root = _require(path, field)
+    files = _image_files(root, field) if root.is_dir() else [root]
     a_list, b_list = [], []
     for f in files:
-        im = _open(f).convert("RGB")
+        im = _open(f, field).convert("RGB")
         w, h = im.size
         if w < 2 or w % 2:
-            raise TrainerError(
-                f"spec.data.path: {f} is {w}x{h}; paired images put A|B side by side"
-            )
+            raise TrainerError(f"{field}: {f} is {w}x{h}; paired images put A|B side by side")
         left, right = im.crop((0, 0, w // 2, h)), im.crop((w // 2, 0, w, h))
         a_list.append(pil_to_array(left, 3, size))
         b_list.append(pil_to_array(right, 3, size))

@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.files import MANIFEST_MAX_BYTES, read_regular, require_regular
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords")
 SHARD_INDEX = "kubegan-shards.json"
@@ -151,6 +152,23 @@ def write_shower_shards(dataset: Dataset, out_dir: Path, num_shards: int) -> lis
     return paths
 
 
+def shard_index_counts(index: Path) -> dict[str, int]:
+    """Records per shard from the shards' index file; {} when there is none or it is not
+    the shape write_shower_shards writes (the shards are then counted by reading them)."""
+    try:
+        raw = json.loads(read_regular(index, MANIFEST_MAX_BYTES))
+    except (OSError, ValueError, RecursionError, TrainerError):
+        return {}
+    files = raw.get("files") if isinstance(raw, dict) else None
+    if not isinstance(files, dict):
+        return {}
+    return {
+        name: count
+        for name, count in files.items()
+        if type(count) is int and count >= 0  # not bool, not float
+    }
+
+
 def tfrecord_files(path: Path) -> list[Path]:
     if path.is_dir():
         return sorted(p for p in path.iterdir() if p.suffix in TFRECORD_SUFFIXES)
@@ -179,6 +197,8 @@ class TfRecordSource(InputSource):
         files = tfrecord_files(path)
         if not files:
             raise TrainerError(f"spec.data.path: no .tfrecord files in {path}")
+        for f in files:  # TensorFlow opens them by name: a FIFO would block it
+            require_regular(f, "spec.data.path")
         if len(files) < num_workers:
             raise TrainerError(
                 f"spec.data.path: {len(files)} TFRecord shard(s) for {num_workers} workers; "
@@ -202,13 +222,7 @@ class TfRecordSource(InputSource):
 
     @staticmethod
     def _counts(files: list[Path]) -> list[int]:
-        index = files[0].parent / SHARD_INDEX
-        known: dict[str, int] = {}
-        if index.is_file():
-            try:
-                known = json.loads(index.read_text(encoding="utf-8")).get("files", {})
-            except (OSError, json.JSONDecodeError):
-                known = {}
+        known = shard_index_counts(files[0].parent / SHARD_INDEX)
         counts = []
         for f in files:
             if f.name in known:
