@@ -14,7 +14,7 @@ export UV_CACHE_DIR ?= $(HOME)/.cache/uv
 export UV_LINK_MODE ?= hardlink
 REAL_NODES ?= 2
 
-.PHONY: install lock test test-unit test-trainer test-cluster lint demo cluster-up cluster-down crd
+.PHONY: install lock lint demo cluster-up cluster-down crd
 
 # Everything the tests and the demo need: system packages (Debian), the Python environment,
 # the Go-built control plane and real-node binaries (cached by version outside the repo,
@@ -34,18 +34,37 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	PYTHONDONTWRITEBYTECODE= $(PY) hack/warm-bytecode.py
 	touch $@
 
-# Every tier, the e2e one included: it runs the images `make images` builds on real nodes.
+# --- tests: one pytest marker and one target per tier (tests/README.md) ---
+# `make test` runs every tier in this order, each in its own pytest process, going on after a
+# failed tier and failing at the end with the list. Each tier stops what it started before the
+# next one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's control plane, when it started it).
+TIERS := unit trainer helm monitoring cluster e2e
+PYTEST := $(PY) -m pytest -q --durations=10
+# Inside `make test` the prerequisites were made once, before the first tier.
+INSTALL := $(if $(KUBEGAN_PREREQS_DONE),$(VENV)/.installed,install)
+IMAGES := $(if $(KUBEGAN_PREREQS_DONE),,images)
+.PHONY: test $(addprefix test-,$(TIERS))
 test: install images
-	$(PY) -m pytest tests -q --durations=15
+	@failed=""; for tier in $(TIERS); do \
+	  echo "=== make test-$$tier"; \
+	  KUBEGAN_STOP_CLUSTER=1 $(MAKE) --no-print-directory test-$$tier KUBEGAN_PREREQS_DONE=1 || failed="$$failed $$tier"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: failed tiers:$$failed"; exit 1; fi; \
+	echo "make test: every tier passed"
 
 test-unit: $(VENV)/.installed
-	$(PY) -m pytest tests/unit -q
-
+	$(PYTEST) tests/unit
 test-trainer: $(VENV)/.installed
-	$(PY) -m pytest tests/trainer -q
-
-test-cluster: install
-	$(PY) -m pytest tests/cluster -q
+	$(PYTEST) tests/trainer
+test-helm: $(INSTALL)
+	$(PYTEST) tests/helm
+test-monitoring: $(INSTALL)
+	$(PYTEST) tests/monitoring
+test-cluster: $(INSTALL)
+	$(PYTEST) tests/cluster
+# Real nodes need root; the e2e tier runs the images `make images` builds.
+test-e2e: $(INSTALL) $(IMAGES)
+	$(PYTEST) tests/e2e
 
 # Upgrade every pinned dependency on purpose: uv.lock resolved again, requirements/*.txt (the
 # images' lists) exported from it. Commit both and let the whole suite check the upgrade.
@@ -84,12 +103,10 @@ cluster-down:
 
 # --- real nodes: kubelet + containerd + kube-proxy per node, CoreDNS (hack/README.md) ---
 # Needs root and a running control plane. The e2e tier starts its own cluster and nodes.
-.PHONY: node-binaries real-nodes-up real-nodes-down test-e2e
+.PHONY: node-binaries real-nodes-up real-nodes-down
 node-binaries: ; bash hack/build-node-binaries.sh
 real-nodes-up: node-binaries ; REAL_NODES=$(REAL_NODES) bash hack/real-node-up.sh
 real-nodes-down: ; bash hack/real-node-down.sh
-test-e2e: install images
-	$(PY) -m pytest tests/e2e -q --durations=10
 
 # --- images: the Dockerfile's targets built with buildkit, for the real nodes (hack/README.md) ---
 # Needs root. Archives and caches live in ~/.cache/kubegan/ (outside the repo).

@@ -167,8 +167,25 @@ class Operator:
                 self.kill()
 
 
+def control_plane_is_up() -> bool:
+    kubectl = CLUSTER / "bin" / "kubectl"
+    if not (kubectl.exists() and KUBECONFIG.exists()):
+        return False
+    probe = subprocess.run(
+        [str(kubectl), "--kubeconfig", str(KUBECONFIG), "get", "--raw", "/readyz"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Kubectl]:
+    """The local control plane of `make cluster-up` (started here when it is not up). It stays
+    up for people afterwards, unless KUBEGAN_STOP_CLUSTER=1 (`make test`: each tier stops what
+    it started before the next one starts); one that was up before is never stopped."""
+    started_here = not control_plane_is_up()
     result = subprocess.run(
         ["bash", str(ROOT / "hack" / "cluster-up.sh")],
         cwd=ROOT,
@@ -188,6 +205,8 @@ def cluster() -> Iterator[Kubectl]:
         timeout=60,
     )
     yield kubectl
+    if started_here and os.environ.get("KUBEGAN_STOP_CLUSTER") == "1":
+        subprocess.run(["bash", str(ROOT / "hack" / "cluster-down.sh")], timeout=300, check=False)
 
 
 @pytest.fixture(scope="session")
