@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 import yaml
 from kubegan_operator.cli import main
-from kubegan_operator.loading import LIST_LIMITS, InputError, read_text
+from kubegan_operator.loading import LIST_LIMITS, InputError, load_prices, read_text
 from kubegan_operator.planner import plan, static_plan
-from kubegan_operator.pricing import PriceTable
 from kubegan_operator.topology import build_inventory
 
 from tests.unit.hostile import ALIAS_BOMB
@@ -211,7 +210,9 @@ def test_dates_stay_strings_as_kubectl_sends_them(tmp_path: Path) -> None:
     code, lines = validate_text(
         tmp_path, job_text(**{"imageSize: 16": "imageSize: 16, d: 2024-01-01"})
     )
-    assert (code, lines) == (0, [])
+    # The date is JSON data (a string); only its name is unknown to acgan.
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith("spec.model.options.d: unknown option for model acgan; known: ")
 
 
 # ---- validate refuses what the apiserver refuses --------------------------------------------
@@ -481,7 +482,7 @@ def test_a_misspelt_price_table_is_an_error_not_zero_dollars(
     prices = tmp_path / "prices.yaml"
     prices.write_text(table)
     with pytest.raises(InputError) as err:
-        PriceTable.from_file(prices)
+        load_prices(prices)
     assert any(expected in line for line in err.value.problems), err.value.problems
     result = kubegan(
         "plan", "--nodes", nodes_file(tmp_path, v100()), "--prices", str(prices), str(GAN3D)

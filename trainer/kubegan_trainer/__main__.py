@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.config import FIELD_PROBLEMS, TrainerConfig
 from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
 from kubegan_trainer.files import regular_file_problem
@@ -44,6 +44,8 @@ def load_config(path: str) -> TrainerConfig:
         return TrainerConfig.from_file(p)
     except ValidationError as err:
         first = err.errors()[0]
+        if first["type"] == FIELD_PROBLEMS:  # e.g. model options: the lines `validate` prints
+            raise TrainerError(first["ctx"]["message"]) from None
         where = ".".join(str(x) for x in first["loc"])
         raise TrainerError(f"KUBEGAN_CONFIG: {p}: {where}: {first['msg']}") from None
     except ValueError as err:  # JSON syntax

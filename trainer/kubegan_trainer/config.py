@@ -13,14 +13,21 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from kubegan_trainer.model_options import option_problems, problem_lines
 
 # The apiserver's integers are int64: a larger number in a job can never reach a cluster.
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 # model.options is free-form JSON; bounded so that walking it never recurses too deeply.
 MAX_OPTIONS_DEPTH = 64
+# The pydantic error type for problems below the validated object: its context holds `rules`,
+# (sub-path, message) pairs that `kubegan validate` prints one line each (operator's
+# loading.py), and `message`, the same lines joined, which the trainer prints.
+FIELD_PROBLEMS = "cross_field"
 
 
 class ApiModel(BaseModel):
@@ -109,7 +116,8 @@ class ModelSpec(ApiModel):
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Model-specific options, checked by the model (e.g. image size, widths).",
+        description="Model-specific options (docs/api.md): each built-in model's are typed and "
+        "bounded; a custom model's are its own.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "default": {}},
     )
 
@@ -120,6 +128,22 @@ class ModelSpec(ApiModel):
         if problem:
             raise ValueError(problem)
         return options
+
+    @model_validator(mode="after")
+    def _model_options(self) -> ModelSpec:
+        # Checked here, where `validate`, the operator and the trainer's config all pass, so
+        # no worker is ever started with options its model cannot build.
+        problems = option_problems(self.name.value, self.options)
+        if problems:
+            raise PydanticCustomError(
+                FIELD_PROBLEMS,
+                "{message}",
+                {
+                    "rules": [(f".options.{name}", reason) for name, reason in problems],
+                    "message": "; ".join(problem_lines(problems)),
+                },
+            )
+        return self
 
 
 def json_data_problem(value: Any, max_depth: int) -> str | None:

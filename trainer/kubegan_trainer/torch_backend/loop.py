@@ -45,6 +45,7 @@ from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
 from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.model_options import settings
 from kubegan_trainer.signals import StopFlag
 from kubegan_trainer.torch_backend import rng
 from kubegan_trainer.torch_backend.models import Batch, GanTask
@@ -150,7 +151,8 @@ class GanTrainer:
 
     # ---- set-up helpers ----------------------------------------------------------------
     def _want_channels_last(self) -> bool:
-        opt = self.config.model.options.get("channelsLast", "auto")
+        model = self.config.model
+        opt = settings(model.name.value, model.options)["channelsLast"]
         if opt == "auto":  # a win for convolutions with tensor cores; not on CPU
             return self.device.type == "cuda"
         return bool(opt)

@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from kubegan_trainer.model_options import image_options, require_labels
+from kubegan_trainer.model_options import require_labels, settings
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
     RngRef,
@@ -60,11 +60,11 @@ def build_acgan(
     options: dict[str, Any], channels: int, image_size: int, num_classes: int
 ) -> AcganTask:
     require_labels(num_classes)
-    o = image_options(options)
-    z = keras.Input((o["latent_dim"],))
+    o = settings("acgan", options)
+    z = keras.Input((o["latentDim"],))
     label = keras.Input((), dtype="int64")
     # Multiplicative conditioning: the class scales each latent direction.
-    emb = layers.Embedding(num_classes, o["latent_dim"])(label)
+    emb = layers.Embedding(num_classes, o["latentDim"])(label)
     g = keras.Model(
         [z, label],
         generator_body(layers.Multiply()([z, emb]), channels, image_size, o["ngf"]),
@@ -75,4 +75,4 @@ def build_acgan(
     adv = layers.Dense(1, dtype="float32", kernel_initializer=normal_init())(h)
     cls = layers.Dense(num_classes, dtype="float32", kernel_initializer=normal_init())(h)
     d = keras.Model(image, [adv, cls], name="discriminator")
-    return AcganTask(g, d, num_classes, o["latent_dim"])
+    return AcganTask(g, d, num_classes, o["latentDim"])

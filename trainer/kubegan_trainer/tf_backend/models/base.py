@@ -18,7 +18,6 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from kubegan_trainer.model_options import option  # noqa: F401 - re-exported
 from kubegan_trainer.phases import STANDARD, Schedule
 
 Batch = dict[str, tf.Tensor]

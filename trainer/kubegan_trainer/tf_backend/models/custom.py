@@ -14,7 +14,8 @@ import keras
 
 from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.tf_backend.models.base import TfGanTask, option
+from kubegan_trainer.model_options import settings
+from kubegan_trainer.tf_backend.models.base import TfGanTask
 from kubegan_trainer.tf_backend.models.dcgan import UnconditionalTask
 
 
@@ -24,7 +25,7 @@ def build_custom(entrypoint: str, options: dict[str, Any]) -> TfGanTask:
         return made
     if isinstance(made, tuple) and len(made) == 2 and all(isinstance(m, keras.Model) for m in made):
         g, d = made
-        latent = option(options, "latentDim", int(g.inputs[0].shape[-1]))
+        latent = settings("custom", options)["latentDim"] or int(g.inputs[0].shape[-1])
         return UnconditionalTask(g, d, latent)
     raise TrainerError(
         f"spec.model.entrypoint: {entrypoint} returned {type(made).__name__}; expected a "

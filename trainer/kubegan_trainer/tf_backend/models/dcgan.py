@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from kubegan_trainer.model_options import conv_levels, image_options
+from kubegan_trainer.model_options import conv_levels, settings
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
     RngRef,
@@ -85,12 +85,12 @@ class UnconditionalTask(TfGanTask):
 
 
 def build_dcgan(options: dict[str, Any], channels: int, image_size: int) -> UnconditionalTask:
-    o = image_options(options)
-    z = keras.Input((o["latent_dim"],))
+    o = settings("dcgan", options)
+    z = keras.Input((o["latentDim"],))
     g = keras.Model(z, generator_body(z, channels, image_size, o["ngf"]), name="generator")
     image = keras.Input((image_size, image_size, channels))
     logit = layers.Dense(1, dtype="float32", kernel_initializer=normal_init())(
         trunk(image, image_size, o["ndf"])
     )
     d = keras.Model(image, logit, name="discriminator")
-    return UnconditionalTask(g, d, o["latent_dim"])
+    return UnconditionalTask(g, d, o["latentDim"])

@@ -27,8 +27,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.model_options import gan3d_latent_and_weights
+from kubegan_trainer.model_options import settings
 from kubegan_trainer.phases import GAN3D
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
@@ -36,7 +35,6 @@ from kubegan_trainer.tf_backend.models.base import (
     RngRef,
     TfGanTask,
     bce_logits,
-    option,
 )
 
 SHAPE = (51, 51, 25, 1)
@@ -222,20 +220,11 @@ class Gan3dTask(TfGanTask):
 
 
 def build_gan3d(options: dict[str, Any]) -> Gan3dTask:
-    latent, weights = gan3d_latent_and_weights(options)
-    size = option(options, "size", "full", str)
-    if size not in ("full", "tiny"):
-        raise TrainerError(f"spec.model.options.size: must be full or tiny, got {size!r}")
-    power = option(options, "power", 0.85, float)
+    o = settings("gan3d", options)
+    latent, size, power = o["latentDim"], o["size"], float(o["power"])
     rng = RngRef()
     g = (full_generator if size == "full" else tiny_generator)(latent)
     d = discriminator(size, power, rng)
     return Gan3dTask(
-        g,
-        d,
-        latent,
-        [float(w) for w in weights],
-        option(options, "labelFlip", 0.05, float),
-        power,
-        rng,
+        g, d, latent, [float(w) for w in o["lossWeights"]], float(o["labelFlip"]), power, rng
     )

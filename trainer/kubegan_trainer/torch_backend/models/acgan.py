@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.model_options import image_options, require_labels
+from kubegan_trainer.model_options import require_labels, settings
 from kubegan_trainer.torch_backend.models.base import (
     Batch,
     GanTask,
@@ -89,9 +89,9 @@ def build_acgan(
     options: dict[str, Any], channels: int, image_size: int, num_classes: int
 ) -> AcganTask:
     require_labels(num_classes)
-    o = image_options(options)
-    g = AcganGenerator(num_classes, o["latent_dim"], channels, image_size, o["ngf"])
+    o = settings("acgan", options)
+    g = AcganGenerator(num_classes, o["latentDim"], channels, image_size, o["ngf"])
     d = AcganDiscriminator(num_classes, channels, image_size, o["ndf"])
     dcgan_init(g)
     dcgan_init(d)
-    return AcganTask(g, d, num_classes, o["latent_dim"])
+    return AcganTask(g, d, num_classes, o["latentDim"])

@@ -14,7 +14,6 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.model_options import option  # noqa: F401 - re-exported
 from kubegan_trainer.phases import STANDARD, Schedule
 
 Batch = dict[str, Tensor]

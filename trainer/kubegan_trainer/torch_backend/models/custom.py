@@ -14,7 +14,8 @@ from torch import nn
 
 from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.torch_backend.models.base import GanTask, option
+from kubegan_trainer.model_options import settings
+from kubegan_trainer.torch_backend.models.base import GanTask
 from kubegan_trainer.torch_backend.models.dcgan import UnconditionalTask
 
 
@@ -24,7 +25,7 @@ def build_custom(entrypoint: str, options: dict[str, Any]) -> GanTask:
         return made
     if isinstance(made, tuple) and len(made) == 2 and all(isinstance(m, nn.Module) for m in made):
         g, d = made
-        latent = option(options, "latentDim", getattr(g, "latent_dim", 100))
+        latent = settings("custom", options)["latentDim"] or getattr(g, "latent_dim", 100)
         return UnconditionalTask(g, d, latent)
     raise TrainerError(
         f"spec.model.entrypoint: {entrypoint} returned {type(made).__name__}; expected a "

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.model_options import conv_levels, image_options
+from kubegan_trainer.model_options import conv_levels, settings
 from kubegan_trainer.torch_backend.models.base import (
     Batch,
     GanTask,
@@ -101,9 +101,9 @@ class UnconditionalTask(GanTask):
 
 
 def build_dcgan(options: dict[str, Any], channels: int, image_size: int) -> UnconditionalTask:
-    o = image_options(options)
-    g = DcganGenerator(o["latent_dim"], channels, image_size, o["ngf"])
+    o = settings("dcgan", options)
+    g = DcganGenerator(o["latentDim"], channels, image_size, o["ngf"])
     d = DcganDiscriminator(channels, image_size, o["ndf"])
     dcgan_init(g)
     dcgan_init(d)
-    return UnconditionalTask(g, d, o["latent_dim"])
+    return UnconditionalTask(g, d, o["latentDim"])

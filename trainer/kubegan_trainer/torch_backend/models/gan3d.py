@@ -22,10 +22,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.model_options import gan3d_latent_and_weights
+from kubegan_trainer.model_options import settings
 from kubegan_trainer.phases import GAN3D
-from kubegan_trainer.torch_backend.models.base import Batch, GanTask, option, randn
+from kubegan_trainer.torch_backend.models.base import Batch, GanTask, randn
 
 SHAPE = (51, 51, 25)
 DISC_FEATURES = 8 * 19 * 18 * 7  # after the conv stack and 2x2x2 average pooling
@@ -244,16 +243,13 @@ class Gan3dTask(GanTask):
 
 
 def build_gan3d(options: dict[str, Any]) -> Gan3dTask:
-    latent, weights = gan3d_latent_and_weights(options)
-    flip = option(options, "labelFlip", 0.05, float)
-    size = option(options, "size", "full", str)
-    if size not in ("full", "tiny"):
-        raise TrainerError(f"spec.model.options.size: must be full or tiny, got {size!r}")
+    o = settings("gan3d", options)
+    latent, size = o["latentDim"], o["size"]
     generator = Gan3dGenerator if size == "full" else TinyGan3dGenerator
     return Gan3dTask(
         generator(latent),
-        Gan3dDiscriminator(option(options, "power", 0.85, float), size),
+        Gan3dDiscriminator(float(o["power"]), size),
         latent,
-        [float(w) for w in weights],
-        flip,
+        [float(w) for w in o["lossWeights"]],
+        float(o["labelFlip"]),
     )

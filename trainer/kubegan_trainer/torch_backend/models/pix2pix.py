@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.torch_backend.models.base import Batch, GanTask, bce_logits, dcgan_init, option
+from kubegan_trainer.model_options import settings
+from kubegan_trainer.torch_backend.models.base import Batch, GanTask, bce_logits, dcgan_init
 
 
 class UnetLevel(nn.Module):
@@ -128,17 +128,9 @@ class Pix2PixTask(GanTask):
 
 
 def build_pix2pix(options: dict[str, Any], channels: int, image_size: int) -> Pix2PixTask:
-    ngf, ndf = option(options, "ngf", 64), option(options, "ndf", 64)
-    n_layers = option(options, "nLayersD", 3)
-    lambda_l1 = option(options, "lambdaL1", 100.0, float)
-    # PatchGAN shrinks the image 2^n_layers times, then two 4x4 stride-1 convs take 2 more.
-    if image_size < 2**n_layers * 4:
-        raise TrainerError(
-            f"spec.model.options.nLayersD: {n_layers} layers need imageSize >= "
-            f"{2**n_layers * 4}, got {image_size}"
-        )
-    g = UnetGenerator(channels, channels, image_size, ngf)
-    d = PatchDiscriminator(channels * 2, ndf, n_layers)
+    o = settings("pix2pix", options)
+    g = UnetGenerator(channels, channels, image_size, o["ngf"])
+    d = PatchDiscriminator(channels * 2, o["ndf"], o["nLayersD"])
     dcgan_init(g)
     dcgan_init(d)
-    return Pix2PixTask(g, d, lambda_l1)
+    return Pix2PixTask(g, d, float(o["lambdaL1"]))
