@@ -10,7 +10,8 @@ Layout under the checkpoint directory:
 
 A checkpoint is written into a `.tmp-*` folder and renamed into place, so a pod killed
 while writing leaves no torn "latest". The manifest's checksums catch a checkpoint
-damaged after the fact (a bad disk, a truncated copy); discovery then falls back to the
+damaged after the fact (a bad disk, a truncated copy), and a manifest of the wrong shape
+(manifest.py) counts as damage too; discovery then falls back to the
 previous one with a warning and moves the damaged one to `corrupt/` (never deleted: it is
 evidence, and maybe recoverable). Pruning deletes only intact checkpoints older than the
 newest `keep` intact ones, so a good checkpoint is never removed before a newer good one
@@ -26,17 +27,18 @@ import logging
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.files import MANIFEST_MAX_BYTES, read_regular
+from kubegan_trainer.files import MANIFEST_MAX_BYTES, file_kind, read_regular
+from kubegan_trainer.manifest import MANIFEST, Manifest, ManifestError, parse_manifest
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 CORRUPT_DIR = "corrupt"
 _NAME = re.compile(r"^ckpt-(\d{6,})-(\d{8,})$")
 
@@ -61,11 +63,44 @@ class CheckpointRef:
 
 
 def _sha256(path: Path) -> str:
+    """The file's sha256; a file that is not (or no longer) a regular file raises
+    OSError instead of being read (a FIFO would block, a device never end)."""
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """The checked manifest of the checkpoint in `folder`; FileNotFoundError when it has
+    none, ManifestError (one line) for anything else that is not a manifest."""
+    try:
+        raw = read_regular(folder / MANIFEST, MANIFEST_MAX_BYTES)
+    except TrainerError as err:  # not a regular file, too large
+        raise ManifestError(str(err).split(": ", 1)[-1]) from None
+    return parse_manifest(raw)
+
+
+def _file_problem(folder: Path, name: str, size: int, sha256: str) -> str | None:
+    """Why the listed file `name` does not match its manifest entry, or None."""
+    f = folder / name
+    try:
+        mode = os.lstat(f)
+        if not stat.S_ISREG(mode.st_mode):
+            return f"{name} is {file_kind(mode.st_mode)}, not a regular file"
+        if mode.st_size != size:
+            return f"{name} has {mode.st_size} bytes, expected {size}"
+        if _sha256(f) != sha256:
+            return f"{name} fails its checksum"
+    except FileNotFoundError:
+        return f"{name} is missing"
+    except OSError as err:
+        return f"{name} is unreadable ({err.strerror or err})"
+    return None
 
 
 def checkpoint_name(pos: Position) -> str:
@@ -75,13 +110,13 @@ def checkpoint_name(pos: Position) -> str:
 def checkpoint_created(root: Path, pos: Position) -> float:
     """When the checkpoint at `pos` was written (its manifest's time), for reporting only:
     the file's time when the manifest cannot say, now when neither can."""
-    path = Path(root) / checkpoint_name(pos) / MANIFEST
+    folder = Path(root) / checkpoint_name(pos)
     try:
-        created = json.loads(read_regular(path, MANIFEST_MAX_BYTES)).get("created")
-        if isinstance(created, (int, float)) and created > 0:
-            return float(created)
-        return path.stat().st_mtime
-    except (OSError, ValueError, TrainerError, AttributeError):
+        created = read_manifest(folder).created
+        if created:
+            return created
+        return (folder / MANIFEST).stat().st_mtime
+    except (OSError, ManifestError):
         return time.time()
 
 
@@ -157,27 +192,22 @@ class CheckpointStore:
         return sorted(refs, key=lambda r: r.position)
 
     def validate(self, ref: CheckpointRef) -> str | None:
-        """None when the checkpoint is intact, else why it is not."""
-        mpath = ref.path / MANIFEST
+        """None when the checkpoint is intact, else why it is not (one line). A manifest
+        of the wrong shape is damage like a failed checksum, never an exception."""
         try:
-            manifest = json.loads(read_regular(mpath, MANIFEST_MAX_BYTES))
+            manifest = read_manifest(ref.path)
         except FileNotFoundError:
             return "manifest.json is missing"
-        except (OSError, ValueError, TrainerError) as err:
-            return f"manifest.json is unreadable ({err})"
-        if (manifest.get("epoch"), manifest.get("step")) != (
-            ref.position.epoch,
-            ref.position.step,
-        ):
+        except ManifestError as err:
+            return f"manifest.json is malformed ({err})"
+        except OSError as err:
+            return f"manifest.json is unreadable ({err.strerror or err})"
+        if (manifest.epoch, manifest.step) != (ref.position.epoch, ref.position.step):
             return "manifest position does not match the folder name"
-        for name, info in manifest.get("files", {}).items():
-            f = ref.path / name
-            if not f.is_file():
-                return f"{name} is missing"
-            if f.stat().st_size != info.get("bytes"):
-                return f"{name} has {f.stat().st_size} bytes, expected {info.get('bytes')}"
-            if _sha256(f) != info.get("sha256"):
-                return f"{name} fails its checksum"
+        for name, entry in manifest.files.items():
+            problem = _file_problem(ref.path, name, entry.size, entry.sha256)
+            if problem is not None:
+                return problem
         return None
 
     def latest_valid(self) -> CheckpointRef | None:
@@ -209,8 +239,9 @@ class CheckpointStore:
             )
         return None
 
-    def manifest(self, ref: CheckpointRef) -> dict:
-        return json.loads(read_regular(ref.path / MANIFEST, MANIFEST_MAX_BYTES))
+    def manifest(self, ref: CheckpointRef) -> Manifest:
+        """The checked manifest (ManifestError when it is not one)."""
+        return read_manifest(ref.path)
 
     # ---- pruning -------------------------------------------------------------------
     def move_aside(self, ref: CheckpointRef, why: str) -> Path:

@@ -1,0 +1,173 @@
+"""Issue 22, hardening: the pure pieces that read what a user or a broken disk left behind
+(checkpoint manifests, metrics rows, owner markers) and the CLI's messages. Each input
+below raised, hung or said something misleading before the fix."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from kubegan_trainer.checkpoint import CheckpointStore, Position
+from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.manifest import ManifestError, manifest_from, parse_manifest
+
+from tests.unit.hostile import json_values
+
+# ---- checkpoint manifests: the wrong shape is damage, never an exception --------------------
+
+GOOD = {
+    "epoch": 2,
+    "step": 0,
+    "created": 1.7e9,
+    "files": {"state.pt": {"bytes": 3, "sha256": "ab" * 32}},
+    "world_size": 1,
+    "framework": "pytorch",
+}
+
+# (change to a good manifest, words in the reason)
+WRONG_SHAPES: dict[str, tuple[Any, str]] = {
+    "a list": ([GOOD], "expected a JSON object, got a list"),
+    "a string": ("manifest", "expected a JSON object, got a string"),
+    "null": (None, "expected a JSON object, got null"),
+    "no epoch": ({"epoch": ...}, "epoch: missing"),
+    "epoch a string": ({"epoch": "2"}, "epoch: expected a non-negative integer, got a string"),
+    "epoch a bool": ({"step": False}, "step: expected a non-negative integer, got a boolean"),
+    "epoch a float": ({"epoch": 2.0}, "epoch: expected a non-negative integer"),
+    "negative step": ({"step": -1}, "step: expected a non-negative integer, got a negative"),
+    "created a list": ({"created": [1]}, "created: expected a time in seconds, got a list"),
+    "created NaN": ({"created": math.nan}, "created: expected a time in seconds"),
+    "files a list": ({"files": ["state.pt"]}, "files: expected an object of file entries"),
+    "files missing": ({"files": ...}, "files: missing"),
+    "files empty": ({"files": {}}, "files: lists no files"),
+    "entry a number": ({"files": {"state.pt": 3}}, "files.state.pt: expected an object"),
+    "negative size": (
+        {"files": {"state.pt": {"bytes": -3, "sha256": "ab" * 32}}},
+        "files.state.pt.bytes: expected a non-negative integer, got a negative one",
+    ),
+    "size a string": (
+        {"files": {"state.pt": {"bytes": "3", "sha256": "ab" * 32}}},
+        "files.state.pt.bytes: expected a non-negative integer, got a string",
+    ),
+    "huge size": (
+        {"files": {"state.pt": {"bytes": 1e400, "sha256": "ab" * 32}}},
+        "files.state.pt.bytes: expected a non-negative integer",
+    ),
+    "nested sha": (
+        {"files": {"state.pt": {"bytes": 3, "sha256": {"hex": "ab" * 32}}}},
+        "files.state.pt.sha256: expected 64 hex digits",
+    ),
+    "no sha": ({"files": {"state.pt": {"bytes": 3}}}, "files.state.pt.sha256"),
+    "path outside": (
+        {"files": {"../../etc/passwd": {"bytes": 3, "sha256": "ab" * 32}}},
+        "is not the name of a file in the checkpoint",
+    ),
+    "parent": ({"files": {"..": {"bytes": 3, "sha256": "ab" * 32}}}, "is not the name"),
+    "itself": ({"files": {"manifest.json": {"bytes": 3, "sha256": "ab" * 32}}}, "not the name"),
+}
+
+
+def _shaped(change: Any) -> Any:
+    if not isinstance(change, dict):
+        return change
+    out = copy.deepcopy(GOOD)
+    for key, value in change.items():
+        if value is ...:
+            del out[key]
+        else:
+            out[key] = value
+    return out
+
+
+def test_a_good_manifest() -> None:
+    m = manifest_from(GOOD)
+    assert (m.epoch, m.step, m.created) == (2, 0, 1.7e9)
+    assert m.files["state.pt"].size == 3 and m.extra == {"world_size": 1, "framework": "pytorch"}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_SHAPES))
+def test_manifest_of_the_wrong_shape_is_one_reason(case: str) -> None:
+    change, words = WRONG_SHAPES[case]
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(json.dumps(_shaped(change)).encode())
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"\xff\xfe", b"[" * 100_000, b'{"a": 1} x'])
+def test_manifest_that_is_not_json(raw: bytes) -> None:
+    with pytest.raises(ManifestError, match=r"^not JSON"):
+        parse_manifest(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values(), json_values())
+def test_any_json_is_a_manifest_or_one_reason(whole: Any, part: Any) -> None:
+    """Whatever the value, at the top or in place of one field: ManifestError or a
+    Manifest, never another exception."""
+    for value in (whole, {**GOOD, "files": part}, {**GOOD, "files": {"state.pt": part}}):
+        with contextlib.suppress(ManifestError):
+            manifest_from(value)
+
+
+def _committed(store: CheckpointStore, pos: Position, data: bytes = b"abc") -> Path:
+    staging = store.begin(pos)
+    (staging / "state.pt").write_bytes(data)
+    return store.commit(staging, pos).path
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_SHAPES))
+def test_a_checkpoint_with_a_manifest_of_the_wrong_shape_is_moved_aside(
+    tmp_path: Path, case: str
+) -> None:
+    warnings: list[str] = []
+    store = CheckpointStore(tmp_path, keep=3, warn=warnings.append)
+    _committed(store, Position(1, 0))
+    bad = _committed(store, Position(2, 0))
+    (bad / "manifest.json").write_text(json.dumps(_shaped(WRONG_SHAPES[case][0])))
+    assert store.latest_valid().position == Position(1, 0)
+    assert warnings[0].startswith("checkpoint ckpt-000002-00000000 is unreadable (manifest.json")
+    assert warnings[0].endswith("; falling back to ckpt-000001-00000000")
+    assert len(warnings) == 2 and all("\n" not in w for w in warnings)
+    assert (tmp_path / "corrupt" / "ckpt-000002-00000000" / "manifest.json").is_file()
+    assert not bad.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink-to-fifo", "huge"])
+def test_a_manifest_or_listed_file_that_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    """A FIFO would block the read (manifest) or the checksum (listed file)."""
+    store = CheckpointStore(tmp_path, keep=3, warn=lambda _m: None)
+    _committed(store, Position(1, 0))
+    for target in ("manifest.json", "state.pt"):
+        bad = _committed(store, Position(2, 0))
+        path = bad / target
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "directory":
+            path.mkdir()
+        elif kind == "symlink-to-fifo":
+            os.mkfifo(tmp_path / f"fifo-{target}")
+            path.symlink_to(tmp_path / f"fifo-{target}")
+        else:
+            path.touch()
+            os.truncate(path, 64 << 20)
+        why = store.validate(store.list()[-1])
+        assert why is not None and why.startswith(target), why
+        assert store.latest_valid().position == Position(1, 0)
+
+
+def test_only_checkpoint_malformed_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """As for any damaged checkpoint with no intact one before it (docs/trainer.md): one
+    line naming it, nothing moved; the user decides whether to start from scratch."""
+    store = CheckpointStore(tmp_path, keep=3, warn=lambda _m: None)
+    bad = _committed(store, Position(1, 0))
+    (bad / "manifest.json").write_text("[]")
+    with pytest.raises(TrainerError, match=r"manifest.json is malformed \(expected a JSON object"):
+        store.latest_valid()
+    assert bad.is_dir() and not (tmp_path / "corrupt").exists()
