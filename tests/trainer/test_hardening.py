@@ -5,6 +5,7 @@ now gives one line naming what is wrong, a non-zero exit, and changes nothing.""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,9 +19,10 @@ import pytest
 import yaml
 from kubegan_trainer.data import files
 from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.metrics import MetricsLog
 from PIL import Image
 
-from tests.trainer.util import REPO
+from tests.trainer.util import REPO, run_workers, tiny_digits
 
 # ---- no file in a data folder is opened unless it is a regular file -----------------------
 
@@ -170,3 +172,245 @@ def test_kubegan_run_refuses_a_fifo_in_the_image_folder(tmp_path: Path) -> None:
     assert errors == [
         f"kubegan-trainer: error: spec.data.path: {fifo} is a FIFO, not a regular file"
     ]
+
+
+# ---- a directory that merely looks like a run is not ours ------------------------------------
+
+
+def _tree(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry under `root` (root included, symlinks not followed, nothing opened but
+    regular files): type, size, mtime and the bytes' hash or the link's target."""
+    import hashlib
+
+    out: dict[str, tuple[object, ...]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == str(root):
+            st = os.lstat(root)
+            out["."] = (st.st_mode, st.st_mtime_ns, tuple(sorted(os.listdir(root))))
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = os.lstat(p)
+            extra: object = None
+            if p.is_symlink():
+                extra = os.readlink(p)
+            elif p.is_file():
+                extra = hashlib.sha256(p.read_bytes()).hexdigest()
+            elif p.is_dir():
+                extra = tuple(sorted(os.listdir(p)))
+            out[str(p.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, extra)
+    return out
+
+
+def _look_alike(root: Path) -> None:
+    """The user's own files, with the names a kubegan run uses."""
+    (root / "samples").mkdir(parents=True)
+    (root / "logs").mkdir()
+    (root / "checkpoints" / "ckpt-000001-00000000").mkdir(parents=True)
+    (root / "config.json").write_text('{"my": "experiment"}\n')
+    (root / "metrics.jsonl").write_text('{"epoch": 1, "note": "hand-made"}\n')
+    (root / "progress.json").write_text('{"state": "mine"}\n')
+    _png(root / "samples" / "epoch-0001.png")
+    (root / "logs" / "worker-0.log").write_text("my lab notebook\n")
+    (root / "checkpoints" / "ckpt-000001-00000000" / "manifest.json").write_text("{}")
+
+
+def _marked(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / ".kubegan-run").write_text("written by kubegan run\n")
+
+
+def _bad_marker(make: Callable[[Path], object]) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        _look_alike(root)
+        make(root / ".kubegan-run")
+
+    return setup
+
+
+def _elsewhere(root: Path) -> Path:
+    other = root.parent / "elsewhere"
+    other.mkdir(exist_ok=True)
+    (other / "precious.txt").write_text("mine")
+    return other
+
+
+def _nested_marker_only(root: Path) -> None:
+    _look_alike(root)
+    _marked(root / "old-run")  # a run inside does not make the folder a run
+
+
+def _lock_file_only(root: Path) -> None:
+    root.mkdir()
+    (root / ".kubegan.lock").write_text("")
+
+
+def _hidden_file_only(root: Path) -> None:
+    root.mkdir()
+    (root / ".notes").write_text("x")
+
+
+def _owned_checkpoints_symlink(root: Path) -> None:
+    _marked(root)
+    (root / "checkpoints").symlink_to(_elsewhere(root))
+
+
+def _owned_log_symlink(root: Path) -> None:
+    _marked(root)
+    (root / "logs").mkdir()
+    (root / "logs" / "worker-0.log").symlink_to(_elsewhere(root) / "precious.txt")
+
+
+def _owned_metrics_fifo(root: Path) -> None:
+    _marked(root)
+    os.mkfifo(root / "metrics.jsonl")
+
+
+def _owned_config_directory(root: Path) -> None:
+    _marked(root)
+    (root / "config.json").mkdir()
+
+
+def _huge(marker: Path) -> None:
+    marker.touch()
+    os.truncate(marker, 64 << 20)  # sparse: no disk used
+
+
+LOOK_ALIKES: dict[str, Callable[[Path], None]] = {
+    "names-only": _look_alike,
+    "marker-symlink": _bad_marker(lambda m: m.symlink_to(_elsewhere(m.parent) / "precious.txt")),
+    "marker-fifo": _bad_marker(os.mkfifo),
+    "marker-directory": _bad_marker(lambda m: m.mkdir()),
+    "marker-huge": _bad_marker(_huge),
+    "marker-garbage": _bad_marker(lambda m: m.write_bytes(b"\x00\xffnot ours\n")),
+    "marker-nested-only": _nested_marker_only,
+    "lock-file-only": _lock_file_only,
+    "empty-subfolders": lambda r: (r / "checkpoints" / "corrupt").mkdir(parents=True),
+    "hidden-file-only": _hidden_file_only,
+    "owned-checkpoints-symlink": _owned_checkpoints_symlink,
+    "owned-log-symlink": _owned_log_symlink,
+    "owned-metrics-fifo": _owned_metrics_fifo,
+    "owned-config-directory": _owned_config_directory,
+}
+
+
+def _run_main(job: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """`kubegan run` in this process; its exit code must be 2 with one line on stderr."""
+    from kubegan_operator.cli import main
+
+    assert main(["run", str(job), "--output", str(out)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert "Traceback" not in captured.out + captured.err
+    return line
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("case", sorted(LOOK_ALIKES))
+def test_a_directory_that_looks_like_a_run_is_refused_unchanged(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "work" / "mine"
+    out.parent.mkdir()
+    LOOK_ALIKES[case](out)
+    job = _files_job(tmp_path, tmp_path / "imgs")
+    before, around = _tree(out), _tree(tmp_path)
+    line = _run_main(job, out, capsys)
+    assert line.startswith(f"kubegan run: {out}: ") and "refusing to write into it" in line
+    assert _tree(out) == before and _tree(tmp_path) == around  # nothing new anywhere
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["fifo", "file", "dangling-symlink", "symlink-loop"])
+def test_an_output_path_that_is_not_a_directory(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    {
+        "fifo": os.mkfifo,
+        "file": lambda p: p.write_text("mine"),
+        "dangling-symlink": lambda p: p.symlink_to(tmp_path / "gone"),
+        "symlink-loop": lambda p: p.symlink_to(p),
+    }[kind](out)
+    job = _files_job(tmp_path, tmp_path / "imgs")
+    before = _tree(tmp_path)
+    line = _run_main(job, out, capsys)
+    assert line.startswith(f"{out}: ") or line.startswith(f"kubegan run: {out}: "), line
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.timeout(30)
+def test_a_symlink_to_a_look_alike_is_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = tmp_path / "real"
+    _look_alike(real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    job = _files_job(tmp_path, tmp_path / "imgs")
+    before = _tree(tmp_path)
+    line = _run_main(job, link, capsys)
+    assert line.startswith(f"kubegan run: {link} (-> {real}): not empty and not a kubegan run")
+    assert _tree(tmp_path) == before
+
+
+# ---- a checkpoint manifest of the wrong shape is a damaged checkpoint -------------------------
+
+MANIFEST_SHAPES = {
+    "a list": "[]",
+    "a string": '"ckpt"',
+    "files a list": '{"epoch": 2, "step": 0, "files": ["state.pt"]}',
+    "negative size": (
+        '{"epoch": 2, "step": 0, "files": {"state.pt": {"bytes": -1, "sha256": "%s"}}}' % ("0" * 64)
+    ),
+    "no position": '{"files": {}}',
+    "nested deep": "[" * 50_000 + "]" * 50_000,
+}
+
+
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory with checkpoints after epochs 1 and 2 (trained once per module)."""
+    out = tmp_path_factory.mktemp("base") / "out"
+    res = run_workers(tiny_digits(stepsPerEpoch=2, epochs=2), out)
+    assert res.codes == [0], res.logs[0]
+    return out
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("shape", sorted(MANIFEST_SHAPES))
+def test_malformed_manifest_falls_back_to_the_previous_checkpoint(
+    two_epochs: Path, tmp_path: Path, shape: str
+) -> None:
+    """It was `AttributeError: 'list' object has no attribute 'get'` and exit 1."""
+    out = tmp_path / "out"
+    shutil.copytree(two_epochs, out, symlinks=True)
+    (out / "checkpoints" / "ckpt-000002-00000000" / "manifest.json").write_text(
+        MANIFEST_SHAPES[shape]
+    )
+    res = run_workers(tiny_digits(stepsPerEpoch=2, epochs=3), out)
+    log = res.logs[0]
+    assert res.codes == [0] and "Traceback" not in log, log
+    assert "checkpoint ckpt-000002-00000000 is unreadable (manifest.json is malformed (" in log
+    assert "falling back to ckpt-000001-00000000" in log and "resumed from epoch 1" in log
+    aside = out / "checkpoints" / "corrupt" / "ckpt-000002-00000000" / "manifest.json"
+    assert aside.read_text() == MANIFEST_SHAPES[shape]  # kept as evidence
+    assert [r["epoch"] for r in MetricsLog(out / "metrics.jsonl").read()] == [1, 2, 3]
+
+
+@pytest.mark.timeout(180)
+def test_the_only_checkpoint_malformed_is_one_line_and_untouched(
+    two_epochs: Path, tmp_path: Path
+) -> None:
+    """With no intact checkpoint before it, the same as any damaged checkpoint: exit 2 with
+    one line naming it, nothing moved or overwritten (docs/trainer.md)."""
+    out = tmp_path / "out"
+    shutil.copytree(two_epochs, out, symlinks=True)
+    ckpts = out / "checkpoints"
+    shutil.rmtree(ckpts / "ckpt-000001-00000000")
+    (ckpts / "ckpt-000002-00000000" / "manifest.json").write_text('{"files": 7}')
+    before = _tree(ckpts)
+    res = run_workers(tiny_digits(stepsPerEpoch=2, epochs=3), out)
+    assert res.codes == [2] and "Traceback" not in res.logs[0], res.logs[0]
+    (line,) = [ln for ln in res.logs[0].splitlines() if ln.startswith("kubegan-trainer: error:")]
+    assert "ckpt-000002-00000000 is unreadable (manifest.json is malformed (" in line
+    assert _tree(ckpts) == before

@@ -150,8 +150,8 @@ def run_local(
     stopped. Raises TrainerError (one line, nothing written) when the output directory is
     foreign or taken, or the job differs from the one its checkpoints were trained with.
     """
-    output_dir = Path(output_dir).resolve()
-    lock = claim_run_dir(output_dir)
+    lock = claim_run_dir(Path(output_dir))
+    output_dir = lock.path  # resolved
     try:
         return _run_locked(
             config,
@@ -268,10 +268,10 @@ def _run_locked(
 
 
 def _echo(console: _Console, line: str) -> None:
+    # A worker's error line is not echoed here: _report_failure prints the failing
+    # worker's, once (echoing it too printed worker 0's error twice).
     if line.startswith("[kubegan] "):
         console.line(line[len("[kubegan] ") :])
-    elif line.startswith("kubegan-trainer: error:"):
-        console.line(line)
 
 
 def _supervise(
