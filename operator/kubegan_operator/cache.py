@@ -27,8 +27,8 @@ from decimal import Decimal
 from typing import Any
 
 from kubegan_operator.names import JOB_NAME_LABEL
-from kubegan_operator.reconcile import parse_time
 from kubegan_operator.replan import PinnedWorker, unbindable
+from kubegan_operator.timeutil import parse_time
 from kubegan_operator.topology import (
     PLANNED_NODE_ANNOTATION,
     Inventory,

@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kubegan_operator.api import Phase
-from kubegan_operator.reconcile import dollars_now
+from kubegan_operator.cost import dollars_now
 
 REGISTRY = CollectorRegistry()
 JOB_LABELS = ("ganjob", "namespace")

@@ -36,12 +36,14 @@ from kubegan_operator.api import (
     ProgressStatus,
     RunPolicySpec,
 )
+from kubegan_operator.cost import accrued
 from kubegan_operator.loading import validation_problems
 from kubegan_operator.names import ATTEMPT_LABEL, worker_name
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, WorkerState, classify, exit_checkpoint, is_gated
 from kubegan_operator.progress import ProgressUpdate
 from kubegan_operator.render import render_config_map, render_pod, render_service
+from kubegan_operator.timeutil import now_iso, parse_time
 
 TERMINAL = (Phase.succeeded, Phase.failed)
 # Cost in status is brought up to date at every phase change and this often while running.
@@ -105,19 +107,6 @@ class Decision:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     time_to_running: float | None = None
     requeue_after: float | None = None
-
-
-def now_iso(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
 
 
 def set_condition(
@@ -677,24 +666,8 @@ def _accrue(st: GANTrainingJobStatus, now: datetime, *, running: bool) -> None:
     elapsed = (now - last).total_seconds()
     if running and elapsed < COST_ACCRUAL_SECONDS:
         return
-    st.cost.dollars = _accrued(st.cost.dollars, st.cost.rate_per_hour, elapsed)
+    st.cost.dollars = accrued(st.cost.dollars, st.cost.rate_per_hour, elapsed)
     st.cost_accrued_at = now_iso(now) if running else None
-
-
-def _accrued(dollars: float, rate_per_hour: float, seconds: float) -> float:
-    return round(dollars + rate_per_hour * max(0.0, seconds) / 3600.0, 6)
-
-
-def dollars_now(status: Mapping[str, Any], now: datetime) -> float:
-    """What the job has cost until `now`: the status's dollars plus the interval still open
-    since `costAccruedAt` (what the next accrual will write)."""
-    cost = status.get("cost") or {}
-    dollars = float(cost.get("dollars", 0.0))
-    opened = parse_time(status.get("costAccruedAt"))
-    if opened is None:
-        return dollars
-    rate = float(cost.get("ratePerHour", 0.0))
-    return _accrued(dollars, rate, (now - opened).total_seconds())
 
 
 def _fail(

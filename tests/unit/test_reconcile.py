@@ -7,9 +7,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubegan_operator.cost import dollars_now
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, classify
-from kubegan_operator.reconcile import Decision, dollars_now, hourly, parse_time, reconcile
+from kubegan_operator.reconcile import Decision, hourly, reconcile
+from kubegan_operator.timeutil import parse_time
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 PLAN = Plan(
