@@ -10,6 +10,8 @@ WORKER_INDEX_LABEL = "kubegan.io/worker-index"
 # Each gang generation carries its attempt, so pods of an earlier gang are told apart.
 ATTEMPT_LABEL = "kubegan.io/attempt"
 GANG_GATE = "kubegan.io/gang"
+# The trainer container of a worker pod: podstate reads its exit code and termination message.
+CONTAINER_NAME = "trainer"
 
 
 def worker_name(job_name: str, index: int) -> str:

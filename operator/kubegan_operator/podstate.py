@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kubegan_operator.names import WORKER_INDEX_LABEL
-from kubegan_operator.render import CONTAINER_NAME
+from kubegan_operator.names import CONTAINER_NAME, WORKER_INDEX_LABEL
 
 # Pod status reasons set by the kubelet or node lifecycle when the node, not the code, ended it.
 DISRUPTION_REASONS = frozenset(

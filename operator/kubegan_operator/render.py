@@ -27,6 +27,7 @@ from kubegan_operator.api import API_VERSION, KIND, GANTrainingJob, SpotPolicy
 # Label keys and names live in names.py; callers also find JOB_NAME_LABEL here.
 from kubegan_operator.names import (
     ATTEMPT_LABEL,
+    CONTAINER_NAME,
     GANG_GATE,
     JOB_NAME_LABEL,
     WORKER_INDEX_LABEL,
@@ -45,7 +46,6 @@ from kubegan_operator.topology import (
     TPU_TOPOLOGY_LABEL,
 )
 
-CONTAINER_NAME = "trainer"
 RUN_AS_USER = 1000
 TERMINATION_GRACE_SECONDS = 60
 # The Helm chart's trainerImages reach the operator as these variables (charts/kubegan).
