@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from kubegan_trainer.model_options import MODELS, Kind, Option, unknown_reason
 
 from kubegan_operator.api import (
     CROSS_FIELD_RULES,
@@ -143,9 +144,126 @@ def model_schema(model: type, mode: str = "validation") -> dict[str, Any]:
     return _structural(_resolve(raw, raw.get("$defs", {})))
 
 
+# ---- spec.model.options, from the models' option table (kubegan_trainer.model_options) -----
+
+_OPENAPI_TYPES = {Kind.integer: "integer", Kind.number: "number", Kind.string: "string"}
+
+
+def declared_options() -> dict[str, list[tuple[str, Option]]]:
+    """The options the CRD types, with every model that reads them: those kubegan reads for
+    every model, custom included (so a custom factory's own options are never constrained),
+    that have one JSON type. CEL cannot see undeclared fields, so the other options are
+    checked by `kubegan validate`, the operator and the trainer only."""
+    shared = {o.name for o in MODELS["custom"].options if o.kind in _OPENAPI_TYPES}
+    found: dict[str, list[tuple[str, Option]]] = {}
+    for model, table in MODELS.items():
+        for option in table.options:
+            if option.name in shared:
+                found.setdefault(option.name, []).append((model, option))
+    for name, entries in found.items():
+        if len({o.kind for _, o in entries}) != 1:
+            raise ValueError(f"model option {name} has different types in different models")
+    return found
+
+
+def _loosest(options: list[Option]) -> Option:
+    """One option accepting what any of `options` accepts (the schema of a shared name)."""
+    first = options[0]
+    if all(o.choices for o in options):
+        choices = tuple(sorted({c for o in options for c in o.choices}))
+        return Option(first.name, first.kind, None, first.meaning, choices=choices)
+    bounds = [o.minimum for o in options], [o.maximum for o in options]
+    lo = None if None in bounds[0] else min(bounds[0])  # type: ignore[type-var]
+    hi = None if None in bounds[1] else max(bounds[1])  # type: ignore[type-var]
+    return Option(first.name, first.kind, None, first.meaning, lo, hi)
+
+
+def _option_schema(option: Option) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": _OPENAPI_TYPES[option.kind], "description": option.meaning}
+    if option.choices:
+        node["enum"] = list(option.choices)
+    elif option.kind is Kind.string:
+        node.update({"minLength": option.minimum} if option.minimum else {})
+        node["maxLength"] = option.maximum
+    else:
+        node.update(minimum=option.minimum, maximum=option.maximum)
+    return node
+
+
+def _cel_literal(value: Any) -> str:
+    if isinstance(value, str):
+        if "'" in value or "\\" in value:
+            raise ValueError(f"cannot quote {value!r} for CEL")
+        return f"'{value}'"
+    return repr(value)
+
+
+def _cel_holds(option: Option, field: str) -> str:
+    """A CEL expression true when `field` (present) is a value `option` accepts."""
+    if option.choices:
+        return f"{field} in [{', '.join(_cel_literal(c) for c in option.choices)}]"
+    size = f"{field}.size()" if option.kind is Kind.string else field
+    # A number field compares with double literals: CEL does not mix int and double.
+    cast = float if option.kind is Kind.number else int
+    lo, hi = option.minimum, option.maximum
+    parts = ([f"{size} >= {cast(lo)!r}"] if lo is not None else []) + (
+        [f"{size} <= {cast(hi)!r}"] if hi is not None else []
+    )
+    return " && ".join(parts) or "true"
+
+
+def _rule(models: list[str], name: str, test: str, message: str) -> dict[str, Any]:
+    which = (
+        f"self.name != {_cel_literal(models[0])}"
+        if len(models) == 1
+        else f"!(self.name in [{', '.join(_cel_literal(m) for m in models)}])"
+    )
+    return {
+        "rule": f"{which} || !has(self.options.{name}){f' || ({test})' if test else ''}",
+        "message": message,
+        "fieldPath": f".options.{name}",
+    }
+
+
+def option_rules(name: str, entries: list[tuple[str, Option]]) -> list[dict[str, Any]]:
+    """CEL on spec.model for one declared option: refused by name for a built-in model that
+    does not read it, and held to each model's own range where the schema's is looser.
+    Messages are the table's, word for word what `kubegan validate` says."""
+    readers = {model for model, _ in entries}
+    rules = [
+        _rule([model], name, "", unknown_reason(model))
+        for model, table in MODELS.items()
+        if model not in readers and not table.open
+    ]
+    loosest = _loosest([o for _, o in entries]).constraint
+    groups: dict[tuple[Any, ...], list[tuple[str, Option]]] = {}
+    for model, option in entries:
+        groups.setdefault(option.constraint, []).append((model, option))
+    for constraint, members in groups.items():
+        if constraint != loosest:
+            option = members[0][1]
+            test = _cel_holds(option, f"self.options.{name}")
+            rules.append(_rule([m for m, _ in members], name, test, option.rule))
+    return rules
+
+
+def add_model_options(model: dict[str, Any]) -> None:
+    """Type the shared options in spec.model's schema and attach their CEL rules."""
+    declared = declared_options()
+    options = model["properties"]["options"]
+    options["properties"] = {
+        name: _option_schema(_loosest([o for _, o in entries]))
+        for name, entries in declared.items()
+    }
+    model["x-kubernetes-validations"] = [
+        rule for name, entries in declared.items() for rule in option_rules(name, entries)
+    ]
+
+
 def spec_schema() -> dict[str, Any]:
     schema = model_schema(GANTrainingJobSpec)
     schema["properties"]["placement"]["properties"]["tolerations"]["maxItems"] = 64
+    add_model_options(schema["properties"]["model"])
     schema["x-kubernetes-validations"] = [
         {"rule": r.cel, "message": r.message, "fieldPath": r.field_path} for r in CROSS_FIELD_RULES
     ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -93,14 +92,6 @@ class PriceTable:
         prices = {name: p.price() for name, p in table.accelerators.items()}
         cpu, memory = (p.price() if p else FREE for p in (table.cpu, table.memory))
         return cls(prices, table.source, table.as_of, cpu, memory)
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> PriceTable:
-        """Read through the CLI's one input path (regular file, size, YAML limits);
-        InputError with one line per problem."""
-        from kubegan_operator.loading import load_prices
-
-        return load_prices(path)  # type: ignore[no-any-return]
 
 
 # GCP us-central1, third-party catalogue snapshot read in late 2024; per GPU or per TPU chip.

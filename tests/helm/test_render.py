@@ -10,8 +10,9 @@ import kubernetes_validate
 import pytest
 import yaml
 from kubegan_operator.api import GANTrainingJob
+from kubegan_operator.loading import load_prices
 from kubegan_operator.planner import static_plan
-from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.pricing import DEFAULT_PRICES
 from kubegan_operator.render import render_pod
 
 from tests.helm.chart import EVERYTHING, VALUES, by_kind, one, template, values_args
@@ -178,7 +179,7 @@ def test_price_table_reaches_the_operator(preset: str, tmp_path) -> None:
     )
     key = prices_path[len(mount["mountPath"]) + 1 :]
     (tmp_path / "prices.yaml").write_text(cm["data"][key])
-    table = PriceTable.from_file(tmp_path / "prices.yaml")  # exactly what --prices reads
+    table = load_prices(tmp_path / "prices.yaml")  # exactly what --prices reads
     values = yaml.safe_load(VALUES[preset][0].read_text())["prices"] if VALUES[preset] else None
     if values is None:
         # The chart's default table is the operator's built-in one.

@@ -17,6 +17,7 @@ Pure Python: no pydantic, torch or tensorflow, so the operator can import it.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -76,6 +77,11 @@ class Option:
     choices: tuple[Any, ...] = ()
     length: int = 0
     power_of_two: bool = False
+    default_text: str = ""  # the default in words, where it is not one value
+
+    @property
+    def default_shown(self) -> str:
+        return self.default_text or json.dumps(self.default)
 
     @property
     def constraint(self) -> tuple[Any, ...]:
@@ -152,7 +158,7 @@ class ModelOptions:
 # ---- the options ----------------------------------------------------------------------------
 
 
-def _int(name: str, default: int | None, lo: int, hi: int, meaning: str) -> Option:
+def _int(name: str, default: int, lo: int, hi: int, meaning: str) -> Option:
     return Option(name, Kind.integer, default, meaning, lo, hi)
 
 
@@ -170,10 +176,10 @@ def _power_of_two(name: str, default: int, lo: int, hi: int, meaning: str) -> Op
     return Option(name, Kind.integer, default, meaning, lo, hi, choices, power_of_two=True)
 
 
-def _samples(default: int | None, what: str) -> Option:
+def _samples(kind: str) -> Option:
     return _int(
-        "numSamples", default, 1, 1_000_000,
-        f"synthetic data: how many {what} to generate (held in memory, at most 2 GiB)",
+        "numSamples", DEFAULT_SAMPLES[kind], 1, 1_000_000,
+        "synthetic data: how many samples to generate (held in memory, at most 2 GiB)",
     )  # fmt: skip
 
 
@@ -181,9 +187,9 @@ CHANNELS_LAST = Option(
     "channelsLast", Kind.auto_or_bool, "auto",
     "PyTorch: channels-last memory format for the networks and inputs (auto: on CUDA only)",
 )  # fmt: skip
-CHANNELS = _one_of(
-    "channels", None, (1, 3),
-    "image channels, 1 (grey) or 3 (RGB); default: synthetic 1, files as the first image",
+CHANNELS = Option(
+    "channels", Kind.integer, None, "image channels: 1 (grey) or 3 (RGB)",
+    choices=(1, 3), default_text="synthetic: 1; files: the first image's",
 )  # fmt: skip
 DIRECTION = _one_of(
     "direction", "AtoB", ("AtoB", "BtoA"), "paired images: AtoB learns A -> B, BtoA the reverse"
@@ -205,7 +211,7 @@ DCGAN_OPTIONS = (
     _int("ngf", 64, 1, 1024, "generator width: its last hidden layer's channels, doubling inwards"),
     _int("ndf", 64, 1, 1024, "discriminator width: its first layer's channels, doubling inwards"),
     CHANNELS,
-    _samples(DEFAULT_SAMPLES["images"], "images"),
+    _samples("images"),
     CHANNELS_LAST,
 )  # fmt: skip
 
@@ -217,7 +223,7 @@ PIX2PIX_OPTIONS = (
     _number("lambdaL1", 100.0, 0, 10_000, "weight of the L1 loss against the target"),
     DIRECTION,
     HELD_OUT_PATH,
-    _samples(DEFAULT_SAMPLES["paired"], "pairs"),
+    _samples("paired"),
     CHANNELS_LAST,
 )  # fmt: skip
 
@@ -231,7 +237,7 @@ GAN3D_OPTIONS = (
     _number("power", 0.85, 0.1, 1, "exponent the showers' cells are raised to (D inverts it)"),
     _one_of("size", "full", ("full", "tiny"), "full: CERN 3DGAN; tiny: a stand-in for tests, CPUs"),
     ANGLE_KEY,
-    _samples(DEFAULT_SAMPLES["showers"], "showers"),
+    _samples("showers"),
     CHANNELS_LAST,
 )  # fmt: skip
 
@@ -239,12 +245,18 @@ GAN3D_OPTIONS = (
 CUSTOM_OPTIONS = (
     _one_of("dataKind", "images", ("images", "paired", "showers"), "the data the model trains on"),
     _power_of_two("imageSize", 32, 8, 512, "images and pairs: side of the square images in pixels"),
-    _int("latentDim", None, 1, 65_536, "a (G, D) pair's noise length (default: G's latent_dim)"),
+    Option(
+        "latentDim", Kind.integer, None, "a (generator, discriminator) pair: noise length",
+        1, 65_536, default_text="the generator's latent_dim, else 100",
+    ),
     CHANNELS,
     DIRECTION,
     HELD_OUT_PATH,
     ANGLE_KEY,
-    _samples(None, "samples (default: images 2048, pairs 64, showers 512)"),
+    Option(
+        "numSamples", Kind.integer, None, _samples("images").meaning, 1, 1_000_000,
+        default_text="images 2048, pairs 64, showers 512",
+    ),
     CHANNELS_LAST,
 )  # fmt: skip
 
