@@ -36,7 +36,7 @@ from kubegan_operator import cache, heap, metrics
 from kubegan_operator.api import GROUP, PLURAL, VERSION, GANTrainingJobSpec, Phase
 from kubegan_operator.kube import API_THREADS, EVENT_THREADS
 from kubegan_operator.leader import lost_leadership
-from kubegan_operator.names import JOB_NAME_LABEL, config_map_name, service_name
+from kubegan_operator.names import JOB_NAME_LABEL, config_map_name, service_name, worker_name
 from kubegan_operator.planner import Plan, plan
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.progress import (
@@ -457,7 +457,7 @@ class Controller:
         tried_at, before = self._progress.get(key, (None, None))
         if progress_read_due_in(tried_at, time.monotonic(), self.progress_seconds):
             return None
-        worker0 = next((p for p in pods if _name(p).endswith("-worker-0")), None)
+        worker0 = next((p for p in pods if _name(p) == worker_name(key[1], 0)), None)
         ip = ((worker0 or {}).get("status") or {}).get("podIP")
         if not ip:  # the pod event that brings its IP brings the job back
             return None
