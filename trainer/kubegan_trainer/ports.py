@@ -33,7 +33,8 @@ DEFAULT_EPHEMERAL = (32768, 60999)
 # 10250, ...): a user's own servers default to them.
 LOWEST = 20000
 HIGHEST = 65535
-LEASE_DIR = Path(tempfile.gettempdir()) / "kubegan-ports"
+# One lease folder per user: nobody else can write (or plant links) in it.
+LEASE_DIR = Path(tempfile.gettempdir()) / f"kubegan-ports-{os.getuid()}"
 # A lease only has to cover the time from choosing a port to the server binding it.
 LEASE_SECONDS = 600.0
 ATTEMPTS = 200
@@ -73,8 +74,15 @@ def is_bindable(port: int) -> bool:
 
 
 def _lease(port: int, now: float) -> bool:
-    """Take the machine-wide lease on `port`; False when another process holds a fresh one."""
-    LEASE_DIR.mkdir(mode=0o1777, parents=True, exist_ok=True)
+    """Take this user's lease on `port`; False when another process holds a fresh one. Without
+    a usable lease folder the bind check alone decides (True)."""
+    try:
+        LEASE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        usable = LEASE_DIR.is_dir() and not LEASE_DIR.is_symlink() and os.access(LEASE_DIR, os.W_OK)
+    except OSError:
+        usable = False
+    if not usable:
+        return True
     path = LEASE_DIR / str(port)
     try:
         if now - path.lstat().st_mtime < LEASE_SECONDS:
