@@ -187,19 +187,15 @@ def node_affinity(job: GANTrainingJob, plan: Plan, node: str | None = None) -> d
     return affinity
 
 
-def render_pod(
-    job: GANTrainingJob,
-    plan: Plan,
-    index: int,
-    *,
-    uid: str | None = None,
-    attempt: int = 0,
-    cost_rate_per_hour: float | None = None,
-    image: str | None = None,
-) -> dict[str, Any]:
-    spec = job.spec
-    name = job.metadata.name
-    pod_name = worker_name(name, index)
+def _planned_node(plan: Plan, index: int) -> str | None:
+    return plan.nodes[index] if index < len(plan.nodes) else None
+
+
+def worker_env(
+    job: GANTrainingJob, plan: Plan, index: int, cost_rate_per_hour: float | None = None
+) -> list[dict[str, str]]:
+    """The trainer's environment (DESIGN §4), as the container's `env` list."""
+    name, spec = job.metadata.name, job.spec
     output_dir = f"{CHECKPOINT_ROOT}/{name}"
     env = build_worker_env(
         WorkerTopology(
@@ -219,33 +215,42 @@ def render_pod(
             else cost_rate_per_hour,
         )
     )
-    env_list = [{"name": k, "value": v} for k, v in env.items()]
-    env_list.append({"name": "HOME", "value": "/tmp"})
-    requests: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
-    if spec.resources.cpu is not None:
-        requests["cpu"] = str(spec.resources.cpu)
-    if spec.resources.memory is not None:
-        requests["memory"] = limits["memory"] = str(spec.resources.memory)
+    # The root filesystem is read-only: libraries that write under $HOME get the tmp volume.
+    return [*({"name": k, "value": v} for k, v in env.items()), {"name": "HOME", "value": "/tmp"}]
+
+
+def worker_resources(job: GANTrainingJob, plan: Plan) -> dict[str, dict[str, str]]:
+    """Requests and limits of one worker: the spec's CPU and memory, the plan's accelerators.
+    CPU is only requested; memory and accelerators are limited at what is requested."""
+    r = job.spec.resources
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if r.cpu is not None:
+        requests["cpu"] = str(r.cpu)
+    if r.memory is not None:
+        requests["memory"] = limits["memory"] = str(r.memory)
     if plan.gpus_per_worker:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(plan.gpus_per_worker)
     if plan.tpu_chips_per_worker:
         requests[TPU_RESOURCE] = limits[TPU_RESOURCE] = str(plan.tpu_chips_per_worker)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
+
+def worker_volumes(job: GANTrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the trainer's mounts of them."""
+    spec = job.spec
+    claim = spec.checkpoint.claim_name
     volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": config_map_name(name)}},
+        {"name": "config", "configMap": {"name": config_map_name(job.metadata.name)}},
         {"name": "tmp", "emptyDir": {}},
         # NCCL and DataLoader workers need more shared memory than the runtime's 64 MiB.
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        # Without a claim, checkpoints live as long as the pod (a condition says so).
         {
             "name": "checkpoints",
-            "persistentVolumeClaim": {"claimName": spec.checkpoint.claim_name}
-            if spec.checkpoint.claim_name
-            else None,
-            "emptyDir": None if spec.checkpoint.claim_name else {},
+            **({"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}),
         },
     ]
-    volumes[-1] = {k: v for k, v in volumes[-1].items() if v is not None}
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": "/etc/kubegan", "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
@@ -260,18 +265,30 @@ def render_pod(
             }
         )
         mounts.append({"name": "data", "mountPath": "/data", "readOnly": True})
+    return volumes, mounts
 
-    container: dict[str, Any] = {
+
+def trainer_container(
+    job: GANTrainingJob,
+    plan: Plan,
+    index: int,
+    mounts: list[dict[str, Any]],
+    *,
+    image: str | None = None,
+    cost_rate_per_hour: float | None = None,
+) -> dict[str, Any]:
+    spec = job.spec
+    return {
         "name": CONTAINER_NAME,
         "image": image or spec.image or DEFAULT_IMAGES[spec.framework],
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "kubegan_trainer"],
-        "env": env_list,
+        "env": worker_env(job, plan, index, cost_rate_per_hour),
         "ports": [
             {"name": "peer", "containerPort": peer_port(job, plan), "protocol": "TCP"},
             {"name": "metrics", "containerPort": spec.monitoring.metrics_port, "protocol": "TCP"},
         ],
-        "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v},
+        "resources": worker_resources(job, plan),
         "volumeMounts": mounts,
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -281,8 +298,63 @@ def render_pod(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+
+
+def worker_affinity(job: GANTrainingJob, plan: Plan, index: int) -> dict[str, Any]:
+    """One worker of a job per node (required), on the node planned for it (node_affinity)."""
+    affinity: dict[str, Any] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {JOB_NAME_LABEL: job.metadata.name}},
+                    "topologyKey": HOSTNAME_LABEL,
+                }
+            ]
+        }
+    }
+    na = node_affinity(job, plan, _planned_node(plan, index))
+    if na:
+        affinity["nodeAffinity"] = na
+    return affinity
+
+
+def worker_metadata(
+    job: GANTrainingJob, plan: Plan, index: int, uid: str | None, attempt: int
+) -> dict[str, Any]:
+    meta = _metadata(
+        job,
+        worker_name(job.metadata.name, index),
+        uid,
+        **{WORKER_INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)},
+    )
+    meta["annotations"] = {
+        # Where the planner put this worker: other jobs' plans count it there until it binds.
+        PLANNED_NODE_ANNOTATION: _planned_node(plan, index) or "",
+        "kubegan.io/planned-nodes": ",".join(plan.nodes),
+        "kubegan.io/strategy": plan.strategy,
+    }
+    return meta
+
+
+def render_pod(
+    job: GANTrainingJob,
+    plan: Plan,
+    index: int,
+    *,
+    uid: str | None = None,
+    attempt: int = 0,
+    cost_rate_per_hour: float | None = None,
+    image: str | None = None,
+) -> dict[str, Any]:
+    """Worker `index` of the gang `plan` places, in attempt `attempt`."""
+    name = job.metadata.name
+    volumes, mounts = worker_volumes(job)
+    container = trainer_container(
+        job, plan, index, mounts, image=image, cost_rate_per_hour=cost_rate_per_hour
+    )
+    selector = dict(job.spec.placement.node_selector)
     pod_spec: dict[str, Any] = {
-        "hostname": pod_name,
+        "hostname": worker_name(name, index),
         "subdomain": name,
         "restartPolicy": "Never",  # the operator restarts the whole gang, never one worker
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
@@ -298,35 +370,18 @@ def render_pod(
             "fsGroup": RUN_AS_USER,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "affinity": {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "labelSelector": {"matchLabels": {JOB_NAME_LABEL: name}},
-                        "topologyKey": HOSTNAME_LABEL,
-                    }
-                ]
-            }
-        },
-        "tolerations": job_tolerations(spec),
+        "affinity": worker_affinity(job, plan, index),
+        "tolerations": job_tolerations(job.spec),
         "containers": [container],
         "volumes": volumes,
+        **({"nodeSelector": selector} if selector else {}),
     }
-    if spec.placement.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
-    na = node_affinity(job, plan, plan.nodes[index] if index < len(plan.nodes) else None)
-    if na:
-        pod_spec["affinity"]["nodeAffinity"] = na
-    meta = _metadata(
-        job, pod_name, uid, **{WORKER_INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
-    )
-    meta["annotations"] = {
-        # Where the planner put this worker: other jobs' plans count it there until it binds.
-        PLANNED_NODE_ANNOTATION: plan.nodes[index] if index < len(plan.nodes) else "",
-        "kubegan.io/planned-nodes": ",".join(plan.nodes),
-        "kubegan.io/strategy": plan.strategy,
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": worker_metadata(job, plan, index, uid, attempt),
+        "spec": pod_spec,
     }
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
 def render_all(
