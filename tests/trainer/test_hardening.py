@@ -414,3 +414,55 @@ def test_the_only_checkpoint_malformed_is_one_line_and_untouched(
     (line,) = [ln for ln in res.logs[0].splitlines() if ln.startswith("kubegan-trainer: error:")]
     assert "ckpt-000002-00000000 is unreadable (manifest.json is malformed (" in line
     assert _tree(ckpts) == before
+
+
+# ---- metrics rows with missing or unexpected keys ---------------------------------------------
+
+
+def _digits_job(tmp_path: Path, epochs: int) -> Path:
+    job = tmp_path / f"digits-{epochs}.yaml"
+    spec = {
+        "framework": "pytorch",
+        "model": {
+            "name": "acgan",
+            "options": {"imageSize": 8, "ngf": 8, "ndf": 8, "latentDim": 16},
+        },
+        "data": {"source": "digits"},
+        "training": {"epochs": epochs, "batchSizePerReplica": 16, "stepsPerEpoch": 2},
+        "resources": {"workers": 1, "gpusPerWorker": 0},
+        "monitoring": {"metricsPort": 19678},
+    }
+    doc = {"apiVersion": "kubegan.io/v1alpha1", "kind": "GANTrainingJob"}
+    job.write_text(yaml.safe_dump({**doc, "metadata": {"name": "rows"}, "spec": spec}))
+    return job
+
+
+@pytest.mark.timeout(300)
+def test_kubegan_run_summarises_hand_edited_metrics_with_one_note(tmp_path: Path) -> None:
+    """A metrics.jsonl row without epoch_seconds was `KeyError: 'epoch_seconds'` in the
+    summary after training had finished."""
+    import json
+
+    out = tmp_path / "out"
+    first = kubegan_run(_digits_job(tmp_path, 1), out)
+    assert first.returncode == 0, first.stdout + first.stderr
+    metrics = out / "metrics.jsonl"
+    (row,) = [json.loads(x) for x in metrics.read_text().splitlines()]
+    del row["epoch_seconds"]  # an older or hand-edited file
+    odd = [row, {"epoch": 1, "g_loss": "low", "extra": {"deep": [1]}}, [1, 2], "x", None]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in odd))
+    second = kubegan_run(_digits_job(tmp_path, 2), out)
+    text = second.stdout + second.stderr
+    assert second.returncode == 0 and "Traceback" not in text, text
+    lines = text.splitlines()
+    assert "resumed from epoch 1" in text
+    total = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("total"))
+    assert lines[total - 1].split()[0] == "2"  # the re-trained epoch is in the table
+    # Resuming cut the lines that are no JSON object (as it cuts torn ones) and kept the
+    # two objects of the wrong shape, saying so once; the summary skips them, once.
+    assert (
+        "metrics.jsonl: 2 malformed rows left as written (summaries skip them); "
+        "removed 3 lines that were not JSON objects"
+    ) in lines
+    assert lines[total + 1] == "metrics.jsonl: skipped 2 malformed rows"
+    assert sum("skipped" in ln for ln in lines) == 1

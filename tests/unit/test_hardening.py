@@ -171,3 +171,164 @@ def test_only_checkpoint_malformed_is_refused_and_left_alone(tmp_path: Path) -> 
     with pytest.raises(TrainerError, match=r"manifest.json is malformed \(expected a JSON object"):
         store.latest_valid()
     assert bad.is_dir() and not (tmp_path / "corrupt").exists()
+
+
+# ---- metrics.jsonl rows of any shape: the summary leaves them out and says so once ----------
+
+ROW = {
+    "epoch": 1,
+    "epoch_seconds": 2.5,
+    "samples_per_second": 100.0,
+    "g_loss": 0.7,
+    "d_loss": 1.3,
+    "cost_dollars": 0.001,
+    "steps": 4,
+    "samples": 256,
+    "world_size": 1,
+    "quality": {"class_accuracy": 0.5},
+}
+
+MALFORMED_ROWS: dict[str, object] = {
+    "no epoch_seconds": {k: v for k, v in ROW.items() if k != "epoch_seconds"},
+    "only epoch": {"epoch": 3},
+    "epoch a string": {**ROW, "epoch": "3"},
+    "epoch a bool": {**ROW, "epoch": True},
+    "epoch zero": {**ROW, "epoch": 0},
+    "seconds NaN": {**ROW, "epoch_seconds": math.nan},
+    "seconds negative": {**ROW, "epoch_seconds": -1.0},
+    "cost infinite": {**ROW, "cost_dollars": math.inf},
+    "huge integer": {**ROW, "samples_per_second": 10**400},
+    "huge loss": {**ROW, "g_loss": 1e300},
+    "loss a list": {**ROW, "d_loss": [1.0]},
+    "a list": [ROW],
+    "a string": "epoch 1",
+    "null": None,
+}
+
+
+def test_a_good_row_and_extra_keys_pass_unchanged() -> None:
+    from kubegan_trainer.metrics import usable_row
+
+    row = {**ROW, "from_a_newer_kubegan": {"x": [1]}}
+    assert usable_row(row) == (row, False)
+    nan_loss = {**ROW, "g_loss": math.nan}  # a diverged GAN's loss is data, not damage
+    assert usable_row(nan_loss)[0] is not None
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_ROWS))
+def test_malformed_rows_are_skipped_with_one_note(case: str) -> None:
+    from kubegan_trainer.summary import summary_table
+
+    rows = [ROW, MALFORMED_ROWS[case], MALFORMED_ROWS[case], {**ROW, "epoch": 2}]
+    text = summary_table(rows, unreadable_lines=1)
+    lines = text.splitlines()
+    assert lines[-1] == "metrics.jsonl: skipped 3 malformed rows"
+    assert [ln.split()[0] for ln in lines[2:-1]] == ["1", "2", "total"]
+    assert sum("metrics.jsonl" in ln for ln in lines) == 1
+
+
+def test_unusable_quality_values_are_dropped_and_counted() -> None:
+    from kubegan_trainer.summary import summary_table
+
+    rows = [
+        {**ROW, "quality": {"class_accuracy": "high", "feature_distance": 2.0}},
+        {**ROW, "epoch": 2, "quality": [0.5]},
+        {**ROW, "epoch": 3, "quality": {"x" * 500: 1.0}},
+    ]
+    text = summary_table(rows)
+    assert text.splitlines()[-1] == ("metrics.jsonl: dropped unusable quality values from 3 rows")
+    assert "feature_distance" in text.splitlines()[0] and "x" * 65 not in text
+
+
+def test_a_table_without_notes_for_good_rows() -> None:
+    from kubegan_trainer.summary import summary_table
+
+    assert "metrics.jsonl" not in summary_table([ROW, {**ROW, "epoch": 2}])
+    assert summary_table([]).splitlines()[0].split()[0] == "epoch"
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values(), json_values())
+def test_summary_of_any_rows_never_raises(value: Any, field: Any) -> None:
+    from kubegan_trainer.summary import summary_table
+
+    rows = [value, {**ROW, "epoch_seconds": field}, {**ROW, "quality": field}, ROW]
+    text = summary_table(rows if isinstance(value, list) else [*rows, value])
+    assert text.splitlines()[0].startswith("epoch")
+
+
+def test_metrics_file_lines_of_every_kind_are_read_or_counted(tmp_path: Path) -> None:
+    from kubegan_trainer.metrics import MetricsLog
+
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.path.write_text(
+        "\n".join(
+            [
+                json.dumps(ROW),
+                "[" * 100_000,  # nested too deeply: RecursionError in json
+                '{"epoch": 2, "epoch_sec',  # torn
+                "[1, 2]",
+                json.dumps({"epoch": 1e400}),  # inf epoch: int() raised OverflowError
+                "",
+                json.dumps({**ROW, "epoch": 2}),
+            ]
+        )
+        + "\n"
+    )
+    rows, other = log.read_rows()
+    assert len(rows) == 3 and other == 3
+    usable = log.usable()
+    assert [r["epoch"] for r in usable.rows] == [1, 2] and usable.skipped == 4
+
+
+def test_resume_keeps_malformed_rows_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kubegan_trainer.metrics import MetricsLog
+
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    odd = [{"epoch": 1e400}, {"epoch": 1}, {k: v for k, v in ROW.items() if k != "d_loss"}]
+    lines = [json.dumps(ROW), *map(json.dumps, odd), json.dumps({**ROW, "epoch": 5})]
+    log.path.write_text("\n".join(lines) + "\n")
+    with caplog.at_level("WARNING"):
+        log.truncate_after(1)
+    kept = [json.loads(x) for x in log.path.read_text().splitlines()]
+    assert kept == [ROW, {"epoch": math.inf}, *odd[1:]]  # epoch 5 is re-trained
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning == "metrics.jsonl: 3 malformed rows left as written (summaries skip them)"
+
+
+@pytest.mark.timeout(10)
+def test_a_metrics_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    from kubegan_trainer.metrics import MetricsLog
+
+    os.mkfifo(tmp_path / "metrics.jsonl")
+    with pytest.raises(TrainerError, match="is a FIFO, not a regular file"):
+        MetricsLog(tmp_path / "metrics.jsonl").read_rows()
+
+
+@pytest.mark.parametrize(
+    "progress",
+    [
+        {"state": "running"},
+        {"state": "running", "epoch": "1", "epochs": 2, "steps": 3},
+        {"state": "running", "epoch": 1, "epochs": 2, "steps": 0},
+        {"state": "running", "epoch": 1, "epochs": 2, "step": -1, "steps": 3},
+        {"state": "running", "epoch": 1, "epochs": 10**400, "steps": 3},
+        {"state": ["running"]},
+    ],
+)
+def test_a_progress_file_of_the_wrong_shape_shows_no_bar(progress: dict[str, Any]) -> None:
+    from kubegan_trainer.summary import progress_bar_for
+
+    assert progress_bar_for(progress) is None
+    good = {"state": "running", "epoch": 1, "epochs": 2, "step": 1, "steps": 4}
+    assert progress_bar_for(good) == "epoch 1/2 [" + "#" * 8 + "." * 22 + "] 1/4 steps"
+
+
+@pytest.mark.parametrize("text", ["[]", '"x"', "[" * 100_000, "{"])
+def test_read_progress_of_a_foreign_file_is_empty(tmp_path: Path, text: str) -> None:
+    from kubegan_trainer.progress import read_progress
+
+    (tmp_path / "progress.json").write_text(text)
+    assert read_progress(tmp_path) == {}

@@ -31,7 +31,7 @@ from kubegan_trainer.ports import reserve_port, reserve_ports
 from kubegan_trainer.progress import read_progress
 from kubegan_trainer.resume_config import record_config
 from kubegan_trainer.rundir import claim_run_dir
-from kubegan_trainer.summary import progress_bar, summary_table
+from kubegan_trainer.summary import progress_bar_for, summary_table
 
 EXIT_STOPPED = 130
 KILL_GRACE_SECONDS = 30.0
@@ -255,9 +255,9 @@ def _run_locked(
     for line in tails[0].lines():
         _echo(console, line)
     if code == 0:
-        rows = MetricsLog(output_dir / "metrics.jsonl").read()
+        rows, unreadable = MetricsLog(output_dir / "metrics.jsonl").read_rows()
         console.line("")
-        console.line(summary_table(rows))
+        console.line(summary_table(rows, unreadable))  # a note line for rows it leaves out
         console.line(
             f"\nsamples: {output_dir / 'samples'}  checkpoints: {output_dir / 'checkpoints'}"
         )
@@ -286,11 +286,9 @@ def _supervise(
     while True:
         for line in tails[0].lines():
             _echo(console, line)
-        prog = read_progress(output_dir)
-        if prog.get("state") == "running" and prog.get("steps"):
-            console.set_bar(
-                progress_bar(prog["epoch"], prog["epochs"], prog.get("step", 0), prog["steps"])
-            )
+        bar = progress_bar_for(read_progress(output_dir))
+        if bar:
+            console.set_bar(bar)
         codes = [p.poll() for p in procs]
         bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         # Checked before "all exited": a lone worker that crashed must still be reported.

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
+from kubegan_trainer.files import read_regular
+
 log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+# A line per epoch; a gigabyte is millions of epochs, and a bound keeps a runaway file
+# from exhausting rank 0 or `kubegan run`.
+METRICS_MAX_BYTES = 1 << 30
 
 METRIC_NAMES = (
     "kubegan_epoch_duration_seconds",
@@ -60,6 +68,93 @@ class EpochRecord:
     @staticmethod
     def cost(epoch_seconds: float, rate_per_hour: float) -> float:
         return epoch_seconds / 3600.0 * rate_per_hour
+
+
+# ---- reading rows back: a hand-edited or older metrics.jsonl never raises -----------------
+
+# Fields every usable row has: durations, throughput and cost are finite and >= 0; the
+# losses are numbers, NaN and infinity included (a diverged GAN's losses are data).
+_AMOUNTS = ("epoch_seconds", "samples_per_second", "cost_dollars")
+_LOSSES = ("g_loss", "d_loss")
+_LARGEST = 1e15  # beyond any real epoch; keeps every value printable in a table column
+_NAME_LIMIT = 64  # a quality metric's name is a column header
+
+
+def _number(value: object) -> float | None:
+    """`value` as a float when it is a JSON number (not a bool, not too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _quality(value: object) -> tuple[dict[str, float], bool]:
+    """The usable {metric: number} entries of a row's `quality`, and whether any were
+    dropped (a repair)."""
+    if value is None:
+        return {}, False
+    if not isinstance(value, dict):
+        return {}, True
+    kept = {}
+    for name, score in value.items():
+        number = _number(score)
+        if number is not None and len(name) <= _NAME_LIMIT and abs(number) <= _LARGEST:
+            kept[name] = number
+    return kept, len(kept) != len(value)
+
+
+def usable_row(row: object) -> tuple[dict[str, Any] | None, bool]:
+    """A metrics.jsonl row fit for the summary (None when it is not one: not an object, a
+    missing or wrong field), and whether it needed repair (unusable quality values
+    dropped). Extra keys are kept: newer and older kubegans write more or fewer."""
+    if not isinstance(row, dict):
+        return None, False
+    epoch = row.get("epoch")
+    if type(epoch) is not int or not 1 <= epoch <= 10**9:
+        return None, False
+    fixed: dict[str, Any] = {**row}
+    for key in _AMOUNTS:
+        number = _number(row.get(key))
+        if number is None or not 0 <= number <= _LARGEST:  # NaN fails too
+            return None, False
+        fixed[key] = number
+    for key in _LOSSES:
+        number = _number(row.get(key))
+        if number is None or (math.isfinite(number) and abs(number) > _LARGEST):
+            return None, False
+        fixed[key] = number
+    fixed["quality"], repaired = _quality(row.get("quality"))
+    return fixed, repaired
+
+
+@dataclass(frozen=True)
+class UsableRows:
+    rows: list[dict[str, Any]]
+    skipped: int  # lines that are no usable epoch (torn, not JSON, not an object, bad fields)
+    repaired: int  # rows shown without their unusable quality values
+
+    def note(self, name: str = METRICS_FILE) -> str | None:
+        """The one line that says what was left out, or None when nothing was."""
+        parts = []
+        if self.skipped:
+            parts.append(f"skipped {self.skipped} malformed row{'s' * (self.skipped != 1)}")
+        if self.repaired:
+            many = "s" * (self.repaired != 1)
+            parts.append(f"dropped unusable quality values from {self.repaired} row{many}")
+        return f"{name}: {', '.join(parts)}" if parts else None
+
+
+def usable_rows(rows: Sequence[object], unreadable_lines: int = 0) -> UsableRows:
+    """The rows fit for the summary, with counts of what was skipped or repaired."""
+    kept, repaired = [], 0
+    for row in rows:
+        fixed, was_repaired = usable_row(row)
+        if fixed is not None:
+            kept.append(fixed)
+            repaired += was_repaired
+    return UsableRows(kept, unreadable_lines + len(rows) - len(kept), repaired)
 
 
 class TrainerMetrics:
@@ -167,22 +262,35 @@ class MetricsLog:
         self.path = path
 
     def read(self) -> list[dict[str, Any]]:
+        """The lines that are JSON objects (whatever their fields)."""
+        return self.read_rows()[0]
+
+    def read_rows(self) -> tuple[list[dict[str, Any]], int]:
+        """The lines that are JSON objects, and how many other non-blank lines there were
+        (torn by a killed run, not JSON, nested too deeply, not an object). A file that is
+        not a regular file raises TrainerError rather than blocking (a FIFO)."""
         try:
-            data = self.path.read_bytes()
+            data = read_regular(self.path, METRICS_MAX_BYTES)
         except FileNotFoundError:
-            return []
-        rows = []
+            return [], 0
+        rows, other = [], 0
         for line in data.decode("utf-8", errors="replace").splitlines():
             line = line.strip()
             if not line:
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn line from a killed run
+            except (ValueError, RecursionError):
+                row = None  # a torn line from a killed run, or not JSON at all
             if isinstance(row, dict):
                 rows.append(row)
-        return rows
+            else:
+                other += 1
+        return rows, other
+
+    def usable(self) -> UsableRows:
+        """The rows fit for the summary, and what was left out (UsableRows.note)."""
+        return usable_rows(*self.read_rows())
 
     def repair_tail(self) -> None:
         """Cut a partial last line (no newline: its writer was killed) off the file."""
@@ -227,14 +335,18 @@ class MetricsLog:
     def truncate_after(self, epoch: int) -> None:
         """On resume from `epoch`, drop lines of epochs that the checkpoint does not cover,
         so a re-run epoch is not listed twice; torn lines go too. Atomic: written aside,
-        then renamed."""
+        then renamed. Rows of the wrong shape (hand-edited, older kubegans) stay, and are
+        mentioned once, here, as the run starts."""
         if not self.path.exists():
             return
-        rows = self.read()
+        rows, other = self.read_rows()
         kept = [r for r in rows if _epoch_of(r) <= epoch]
-        raw = self.path.read_bytes()
-        if len(kept) == len(rows) and len(raw.splitlines()) == len(rows) and raw.endswith(b"\n"):
+        raw = read_regular(self.path, METRICS_MAX_BYTES)
+        unchanged = len(kept) == len(rows) and len(raw.splitlines()) == len(rows)
+        if unchanged and raw.endswith(b"\n"):
+            _mention_malformed(usable_rows(rows, other))
             return
+        _mention_malformed(usable_rows(kept), removed=other)
         tmp = self.path.with_suffix(".jsonl.tmp")
         tmp.write_text(
             "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept), encoding="utf-8"
@@ -242,8 +354,20 @@ class MetricsLog:
         os.replace(tmp, self.path)
 
 
+def _mention_malformed(found: UsableRows, removed: int = 0) -> None:
+    """One warning line for what a resume met: rows it keeps though summaries skip them,
+    and lines that were no JSON object (torn, garbage), which the rewrite removed."""
+    parts = []
+    bad = found.skipped + found.repaired
+    if bad:
+        parts.append(f"{bad} malformed row{'s' * (bad != 1)} left as written (summaries skip them)")
+    if removed:
+        parts.append(f"removed {removed} line{'s' * (removed != 1)} that were not JSON objects")
+    if parts:
+        log.warning("%s: %s", METRICS_FILE, "; ".join(parts))
+
+
 def _epoch_of(row: dict[str, Any]) -> int:
-    try:
-        return int(row.get("epoch", 0))
-    except (TypeError, ValueError):
-        return 0
+    """A row's epoch; 0 (kept on every resume) when it has none that is an integer."""
+    epoch = row.get("epoch")
+    return epoch if type(epoch) is int else 0

@@ -9,7 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.files import read_regular
+
 PROGRESS_FILE = "progress.json"
+PROGRESS_MAX_BYTES = 64 * 1024  # a handful of fields
 
 
 class ProgressWriter:
@@ -32,7 +36,10 @@ class ProgressWriter:
 
 
 def read_progress(output_dir: Path) -> dict[str, Any]:
+    """The progress file's object; {} when there is none or it is not one (a reader must
+    still check each field's type: the file may be someone else's)."""
     try:
-        return json.loads((output_dir / PROGRESS_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(read_regular(output_dir / PROGRESS_FILE, PROGRESS_MAX_BYTES))
+    except (OSError, ValueError, RecursionError, TrainerError):
         return {}
+    return data if isinstance(data, dict) else {}
