@@ -29,7 +29,7 @@ from kubegan_trainer.errors import TrainerError
 
 OPTIONS_PATH = "spec.model.options"
 # 3DGAN loss weights [BCE, MAPE(energy), MAE(angle), MAPE(ECAL)], as the public code has.
-GAN3D_LOSS_WEIGHTS = [3.0, 0.1, 25.0, 0.1]
+GAN3D_LOSS_WEIGHTS = (3.0, 0.1, 25.0, 0.1)
 # Synthetic samples generated when `numSamples` is not set, by the kind of data.
 DEFAULT_SAMPLES = {"images": 2048, "paired": 64, "showers": 512}
 # dcgan/acgan double their width at every stride-2 stage: the widest layer has
@@ -349,10 +349,12 @@ def option_problems(model: str, options: Mapping[str, Any]) -> list[Problem]:
     problems: list[Problem] = []
     for name, value in options.items():
         spec = table.get(name)
+        if value is None:  # unset, whatever the name
+            continue
         if spec is None:
             if not table.open:
                 problems.append((shown(name), unknown_reason(model)))
-        elif value is not None and not spec.accepts(value):
+        elif not spec.accepts(value):
             problems.append((name, spec.rule))
     if problems:
         return problems
