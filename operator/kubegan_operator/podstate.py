@@ -89,48 +89,66 @@ def exit_checkpoint(pod: Mapping[str, Any]) -> tuple[int, int, str] | None:
 def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerState:
     """`node_ready` maps every existing node's name to its readiness."""
     meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    name = meta.get("name", "")
     index = int((meta.get("labels") or {}).get(WORKER_INDEX_LABEL, "-1"))
     node = (pod.get("spec") or {}).get("nodeName") or ""
+    outcome, detail = _outcome(pod, node, node_ready)
+    return WorkerState(meta.get("name", ""), index, outcome, detail, node)
 
-    def state(outcome: Outcome, detail: str = "") -> WorkerState:
-        return WorkerState(name, index, outcome, detail, node)
 
-    disruption = _conditions(pod).get("DisruptionTarget")
-    if disruption and disruption.get("status") == "True":
-        return state(
-            Outcome.disruption,
-            f"{disruption.get('reason', 'DisruptionTarget')}: "
-            f"{disruption.get('message', '')}".rstrip(": "),
-        )
-    phase = status.get("phase", "Pending")
+def _outcome(
+    pod: Mapping[str, Any], node: str, node_ready: Mapping[str, bool]
+) -> tuple[Outcome, str]:
+    """The first that applies: marked for disruption, succeeded, deleted, failed (and why),
+    its node lost, running, pending."""
+    disrupted = _disruption_target(pod)
+    if disrupted is not None:
+        return Outcome.disruption, disrupted
+    phase = (pod.get("status") or {}).get("phase", "Pending")
     if phase == "Succeeded":
-        return state(Outcome.succeeded)
+        return Outcome.succeeded, ""
     # Only the operator deletes pods of the current attempt (it bumps the attempt first).
-    if meta.get("deletionTimestamp"):
-        return state(Outcome.disruption, "deleted by someone other than the operator")
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return Outcome.disruption, "deleted by someone other than the operator"
     if phase == "Failed":
-        if status.get("reason") in DISRUPTION_REASONS:
-            return state(
-                Outcome.disruption, f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
-            )
-        if node and node not in node_ready:
-            return state(Outcome.disruption, f"node {node} is gone")
-        code = exit_code(pod)
-        if code == INTERRUPTED_EXIT:
-            return state(Outcome.disruption, INTERRUPTED_DETAIL)
-        return state(
-            Outcome.app_failure,
-            f"exit code {code}" if code is not None else status.get("message") or "failed",
-        )
+        return _failure(pod, node, node_ready)
+    # A pod that has not ended is lost with its node, gone or NotReady (NotReady past the
+    # grace `node_ready` already allows).
     if node and node not in node_ready:
-        return state(Outcome.disruption, f"node {node} is gone")
+        return Outcome.disruption, f"node {node} is gone"
     if node and not node_ready[node]:
-        return state(Outcome.disruption, f"node {node} is NotReady")
+        return Outcome.disruption, f"node {node} is NotReady"
     if phase == "Running":
-        return state(Outcome.running)
-    return state(Outcome.pending, _pending_detail(pod))
+        return Outcome.running, ""
+    return Outcome.pending, _pending_detail(pod)
+
+
+def _disruption_target(pod: Mapping[str, Any]) -> str | None:
+    """Why the pod is marked `DisruptionTarget` (eviction, preemption, node shutdown), or None
+    when it is not."""
+    disruption = _conditions(pod).get("DisruptionTarget")
+    if not disruption or disruption.get("status") != "True":
+        return None
+    reason = disruption.get("reason", "DisruptionTarget")
+    return f"{reason}: {disruption.get('message', '')}".rstrip(": ")
+
+
+def _failure(
+    pod: Mapping[str, Any], node: str, node_ready: Mapping[str, bool]
+) -> tuple[Outcome, str]:
+    """A Failed pod: a disruption when a node-side reason, its node's deletion or a stop
+    request (exit 143) ended it, else an application failure. Here only a gone node counts,
+    not a NotReady one (as since the first classifier)."""
+    status = pod.get("status") or {}
+    if status.get("reason") in DISRUPTION_REASONS:
+        return Outcome.disruption, f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
+    if node and node not in node_ready:
+        return Outcome.disruption, f"node {node} is gone"
+    code = exit_code(pod)
+    if code == INTERRUPTED_EXIT:
+        return Outcome.disruption, INTERRUPTED_DETAIL
+    if code is not None:
+        return Outcome.app_failure, f"exit code {code}"
+    return Outcome.app_failure, status.get("message") or "failed"
 
 
 def _pending_detail(pod: Mapping[str, Any]) -> str:
