@@ -147,7 +147,9 @@ class Requirements:
 
 def ineligibility(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool]) -> str | None:
     """Why `node` cannot run a worker of this job at all, or None if it can. `tolerated`
-    remembers taints already judged (the nodes of a pool share theirs)."""
+    remembers taints already judged (the nodes of a pool share theirs). The first reason in
+    this order is the one reported. Called for every node on every plan: the node's state
+    and spot policy are checked here, without a call each."""
     if not node.ready:
         return "NotReady"
     if node.unschedulable:
@@ -156,6 +158,11 @@ def ineligibility(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool
         return "spot node (placement.spot: never)"
     if req.spot == SpotPolicy.required and not node.spot:
         return "not a spot node (placement.spot: required)"
+    return _unmatched(node, req) or _untolerated(node, req, tolerated) or _too_small(node, req)
+
+
+def _unmatched(node: NodeInfo, req: Requirements) -> str | None:
+    """The node's labels do not match the job's nodeSelector or accelerator."""
     for key, value in req.node_selector:
         if node.labels.get(key) != value:
             return f"nodeSelector {key}={value} not matched"
@@ -164,6 +171,11 @@ def ineligibility(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool
         node.labels.get("nvidia.com/gpu.product", ""),
     ):
         return f"accelerator {node.accelerator or 'none'}, want {req.accelerator}"
+    return None
+
+
+def _untolerated(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool]) -> str | None:
+    """A NoSchedule/NoExecute taint of the node the job does not tolerate."""
     for taint in node.taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
@@ -171,6 +183,11 @@ def ineligibility(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool
             tolerated[taint] = tolerates(req.tolerations, taint)
         if not tolerated[taint]:
             return f"taint {taint} not tolerated"
+    return None
+
+
+def _too_small(node: NodeInfo, req: Requirements) -> str | None:
+    """Less CPU or memory free than one worker requests (GPUs are counted by the shape)."""
     if req.cpu is not None and node.free_cpu < req.cpu:
         return f"{_fmt(node.free_cpu)} CPU free, need {req.cpu_text}"
     if req.memory is not None and node.free_memory < req.memory:
