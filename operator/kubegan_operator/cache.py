@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 from kubegan_operator.names import JOB_NAME_LABEL
@@ -151,9 +152,19 @@ def resource_version(obj: Mapping[str, Any] | None) -> int:
 # ---- what the operator wrote and has not seen yet ---------------------------------------------
 
 
+class Seen(StrEnum):
+    """What an expectation waits for the watch to show of a pod."""
+
+    present = "present"  # created
+    gone = "gone"  # deleted (or being deleted)
+    ungated = "ungated"  # its gate lifted (or gone: then it is not gated either)
+    # Created and released in one sync: the watch must show the pod *and* no gate.
+    present_and_ungated = "present+ungated"
+
+
 @dataclass
 class JobExpectations:
-    # pod name -> "present" | "gone" | "ungated", and until when it waits for that
+    # pod name -> what the watch is to show of it, and until when that is waited for
     pods: dict[str, tuple[str, float]] = field(default_factory=dict)
     reserved: dict[str, PodUsage] = field(default_factory=dict)  # created, not seen yet
     written: dict[str, Any] | None = None  # the job as the status write returned it
@@ -171,11 +182,14 @@ class Expectations:
 
     def expect(self, key: JobKey, pod: str, what: str) -> None:
         pods = self.of(key).pods
-        if what == "ungated" and pods.get(pod, ("",))[0] in ("present", "present+ungated"):
+        if what == Seen.ungated and pods.get(pod, ("",))[0] in (
+            Seen.present,
+            Seen.present_and_ungated,
+        ):
             # Created and released in one sync (controller): the watch must show the pod
             # too. "ungated" alone is met by a pod the watch does not show (deleted since),
             # and the job would be planned and created again before its pods appeared.
-            what = "present+ungated"
+            what = Seen.present_and_ungated
         pods[pod] = (what, self.clock() + EXPECTATION_TIMEOUT_SECONDS)
 
     def made(self, key: JobKey, kinds: Iterable[str]) -> None:
@@ -218,22 +232,23 @@ class Expectations:
             return None
         now, left = self.clock(), None
         for name, (what, until) in list(exp.pods.items()):
-            pod = seen.get(name)
-            ungated = pod is not None and not (pod.get("spec") or {}).get("schedulingGates")
-            met = (
-                pod is not None
-                if what == "present"
-                else pod is None or bool(pod["metadata"].get("deletionTimestamp"))
-                if what == "gone"
-                else ungated
-                if what == "present+ungated"
-                else pod is None or ungated
-            )
-            if met or until <= now:
+            if _shown(what, seen.get(name)) or until <= now:
                 del exp.pods[name]
             else:
                 left = until - now if left is None else min(left, until - now)
         return left
+
+
+def _shown(what: str, pod: Mapping[str, Any] | None) -> bool:
+    """Whether the watch shows `what` of a pod (None: the watch does not show the pod)."""
+    if what == Seen.present:
+        return pod is not None
+    if what == Seen.gone:
+        return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+    ungated = pod is not None and not (pod.get("spec") or {}).get("schedulingGates")
+    if what == Seen.present_and_ungated:
+        return ungated
+    return pod is None or ungated
 
 
 # ---- free capacity, kept between plans -----------------------------------------------------
@@ -469,34 +484,40 @@ class View:
     def unbindable(self, key: JobKey, pods: Iterable[Mapping[str, Any]]) -> str | None:
         """Why a worker of the job's that is not bound yet can no longer be bound on its
         planned node (replan.unbindable), from the indexes; None when each still can."""
-        workers: list[PinnedWorker] = []
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            planned = (meta.get("annotations") or {}).get(PLANNED_NODE_ANNOTATION)
-            if not planned or (pod.get("spec") or {}).get("nodeName"):
-                continue
-            if meta.get("deletionTimestamp"):
-                continue
-            name = meta.get("name", "")
-            usage = next((u for u in self.usage.get(planned) or () if u.name == name), None)
-            workers.append(PinnedWorker(name, planned, usage.requests if usage else {}))
+        workers = [w for w in map(self._pinned_worker, pods) if w is not None]
         if not workers:
             return None
         nodes: dict[str, NodeInfo | None] = {}
         for name in {w.node for w in workers}:
             entry = _one(self.nodes.get(name))
-            if entry is None:
-                continue  # gone
-            if entry.capacity is None:
-                nodes[name] = None
-                continue
-            used: dict[str, Decimal] = {}
-            for u in self.usage.get(name) or ():
-                if u.bound and (u.namespace, u.job) != key:
-                    for resource, amount in u.requests.items():
-                        used[resource] = used.get(resource, Decimal(0)) + amount
-            nodes[name] = with_usage(entry.capacity, used)
+            if entry is not None:  # a node gone is left out: replan.unbindable says so
+                nodes[name] = self._room_besides(name, entry, key)
         return unbindable(workers, nodes)
+
+    def _pinned_worker(self, pod: Mapping[str, Any]) -> PinnedWorker | None:
+        """The pod as a worker planned on a node and not bound yet (nor being deleted), with
+        what the usage index says it requests; None for any other pod."""
+        meta = pod.get("metadata") or {}
+        planned = (meta.get("annotations") or {}).get(PLANNED_NODE_ANNOTATION)
+        if not planned or (pod.get("spec") or {}).get("nodeName"):
+            return None
+        if meta.get("deletionTimestamp"):
+            return None
+        name = meta.get("name", "")
+        usage = next((u for u in self.usage.get(planned) or () if u.name == name), None)
+        return PinnedWorker(name, planned, usage.requests if usage else {})
+
+    def _room_besides(self, name: str, entry: NodeEntry, key: JobKey) -> NodeInfo | None:
+        """The node's capacity less what pods *bound* there by other jobs than `key` hold;
+        None when the node cannot be read."""
+        if entry.capacity is None:
+            return None
+        used: dict[str, Decimal] = {}
+        for u in self.usage.get(name) or ():
+            if u.bound and (u.namespace, u.job) != key:
+                for resource, amount in u.requests.items():
+                    used[resource] = used.get(resource, Decimal(0)) + amount
+        return with_usage(entry.capacity, used)
 
     def jobs_on(self, node: str) -> set[JobKey]:
         """Jobs with a worker holding resources on `node`."""
