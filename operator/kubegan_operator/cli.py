@@ -179,6 +179,21 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
+def _path(text: str) -> str:
+    """A file or directory argument. An empty one is refused by name: Path("") is ".",
+    which gave "kubegan validate: .: is a directory" for `kubegan validate ""`."""
+    if not text:
+        raise argparse.ArgumentTypeError("the path is empty")
+    return text
+
+
+def _name(text: str) -> str:
+    """A Kubernetes name argument (namespace, Lease): empty is refused, not sent."""
+    if not text:
+        raise argparse.ArgumentTypeError("the name is empty")
+    return text
+
+
 def _progress_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -207,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Exit 0 printing 'valid', or exit 2 with one line per problem as "
         "'<dotted.path>: <reason>'.",
     )
-    p.add_argument("job", metavar="JOB.yaml")
+    p.add_argument("job", metavar="JOB.yaml", type=_path)
     p.set_defaults(func=cmd_validate)
 
     for name, func, helptext in (
@@ -215,19 +230,24 @@ def build_parser() -> argparse.ArgumentParser:
         ("render", cmd_render, "print the Service/ConfigMap/Pods the operator would create"),
     ):
         p = sub.add_parser(name, help=helptext, description=helptext)
-        p.add_argument("job", metavar="JOB.yaml")
+        p.add_argument("job", metavar="JOB.yaml", type=_path)
         p.add_argument(
             "--nodes",
             metavar="NODES.yaml",
+            type=_path,
             required=name == "plan",
             help="nodes as `kubectl get nodes -o yaml` prints them, or a YAML stream",
         )
         p.add_argument(
-            "--pods", metavar="PODS.yaml", help="running pods (`kubectl get pods -A -o yaml`)"
+            "--pods",
+            metavar="PODS.yaml",
+            type=_path,
+            help="running pods (`kubectl get pods -A -o yaml`)",
         )
         p.add_argument(
             "--prices",
             metavar="PRICES.yaml",
+            type=_path,
             help="price table {source, asOf, accelerators: {NAME: {onDemand, spot}}, "
             "cpu: {onDemand, spot}, memory: {onDemand, spot}} (USD per unit-hour)",
         )
@@ -239,8 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the workers as local processes with checkpoints, samples and "
         "metrics in DIR; run again on the same DIR to resume.",
     )
-    p.add_argument("job", metavar="JOB.yaml")
-    p.add_argument("--output", metavar="DIR", help="output directory (default runs/<name>)")
+    p.add_argument("job", metavar="JOB.yaml", type=_path)
+    p.add_argument(
+        "--output", metavar="DIR", type=_path, help="output directory (default runs/<name>)"
+    )
     p.add_argument(
         "--allow-config-change",
         action="store_true",
@@ -253,10 +275,15 @@ def build_parser() -> argparse.ArgumentParser:
         "operator",
         help="run the operator in the foreground against the current kubeconfig",
     )
-    p.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
+    p.add_argument(
+        "--namespace",
+        action="append",
+        type=_name,
+        help="watch only this namespace (repeatable)",
+    )
     p.add_argument("--metrics-port", type=int, default=8000, help="operator metrics port")
     p.add_argument("--health-port", type=int, default=8080, help="liveness endpoint port")
-    p.add_argument("--prices", metavar="PRICES.yaml", help="price table file")
+    p.add_argument("--prices", metavar="PRICES.yaml", type=_path, help="price table file")
     p.add_argument(
         "--no-trainer-progress",
         dest="trainer_progress",
@@ -277,9 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--leader-election-namespace",
+        type=_name,
         help="the Lease's namespace (default: the pod's own, else default)",
     )
-    p.add_argument("--leader-election-name", default="kubegan-operator", help="the Lease's name")
+    p.add_argument(
+        "--leader-election-name",
+        type=_name,
+        default="kubegan-operator",
+        help="the Lease's name",
+    )
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=cmd_operator)
     return parser

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -21,9 +25,88 @@ API_THREADS = 128
 EVENT_THREADS = 2
 
 
+KUBECONFIG_MAX_BYTES = 16 * 1024 * 1024  # kubeconfigs are kilobytes; bounds a runaway file
+
+
+class KubeconfigError(Exception):
+    """No usable credentials for the Kubernetes API; the message is one line."""
+
+
+def kubeconfig_files(environ: Mapping[str, str]) -> list[str]:
+    """The kubeconfig files kubectl would read: $KUBECONFIG's list, else ~/.kube/config."""
+    listed = environ.get("KUBECONFIG", "")
+    if listed:
+        return [p for p in listed.split(os.pathsep) if p]
+    home = environ.get("HOME") or os.path.expanduser("~")
+    return [os.path.join(home, ".kube", "config")]
+
+
+def _file_problem(path: str) -> str | None:
+    """Why `path` cannot be a kubeconfig before it is opened (a FIFO would block)."""
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        return err.strerror or str(err)
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_size > KUBECONFIG_MAX_BYTES:
+        return f"larger than {KUBECONFIG_MAX_BYTES >> 20} MiB"
+    return None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]
+
+
+def _config_reason(err: BaseException) -> str:
+    """What is wrong with a kubeconfig, from what loading it raised, in words a user can
+    act on (the client's own: "while parsing a flow node", "list indices must be ...")."""
+    if isinstance(err, yaml.YAMLError):
+        mark = getattr(err, "problem_mark", None)
+        return "invalid YAML" + (f" at line {mark.line + 1}" if mark is not None else "")
+    if isinstance(err, config.ConfigException):
+        return _first_line(err)
+    return "not a kubeconfig (expected a mapping with clusters, contexts, users)"
+
+
+def load_credentials(environ: Mapping[str, str] | None = None) -> None:
+    """Load the kubeconfig (or the in-cluster service account) into the client's default
+    configuration, or raise KubeconfigError saying in one line what is missing or wrong.
+
+    The client's own `config.load_config()` is not used: without a kubeconfig it prints
+    "... Using inCluster Config. This might not work." and then fails with "Service
+    host/port is not set.", neither of which tells the user what to fix."""
+    env = os.environ if environ is None else environ
+    files = kubeconfig_files(env)
+    present = [f for f in files if os.path.lexists(f)]
+    for f in present:
+        problem = _file_problem(f)
+        if problem:
+            raise KubeconfigError(f"kubeconfig {f}: {problem}")
+    if present:
+        try:
+            config.load_kube_config(config_file=os.pathsep.join(present))
+        except Exception as err:  # YAML errors, ConfigException, malformed entries
+            where = ", ".join(present)
+            raise KubeconfigError(f"kubeconfig {where}: {_config_reason(err)}") from None
+        return
+    if env.get("KUBERNETES_SERVICE_HOST") and env.get("KUBERNETES_SERVICE_PORT"):
+        try:
+            config.load_incluster_config()
+        except Exception as err:  # no service account token mounted, ...
+            raise KubeconfigError(f"in-cluster config: {_first_line(err)}") from None
+        return
+    named = f"KUBECONFIG names {', '.join(files)}" if env.get("KUBECONFIG") else files[0]
+    raise KubeconfigError(
+        f"no kubeconfig: {named}: no such file, and not running in a cluster "
+        "(KUBERNETES_SERVICE_HOST is unset); set KUBECONFIG or create ~/.kube/config"
+    )
+
+
 class Kube:
     def __init__(self) -> None:
-        config.load_config()
+        load_credentials()
         cfg = client.Configuration.get_default_copy()
         cfg.connection_pool_maxsize = API_THREADS + EVENT_THREADS
         self.api = client.ApiClient(cfg)

@@ -11,7 +11,7 @@ from kubernetes import client
 from prometheus_client import start_http_server
 
 from kubegan_operator import controller, heap, metrics
-from kubegan_operator.kube import Kube
+from kubegan_operator.kube import Kube, KubeconfigError
 from kubegan_operator.leader import LeaseConfig, LeaseElector, default_identity, default_namespace
 from kubegan_operator.loading import InputError, load_prices
 from kubegan_operator.pricing import DEFAULT_PRICES
@@ -47,8 +47,8 @@ def run_operator(args: argparse.Namespace) -> int:
     heap.tune()
     try:
         kube = Kube()
-    except Exception as err:  # no kubeconfig, no in-cluster config
-        raise InputError([f"kubeconfig: {str(err).splitlines()[0]}"]) from None
+    except KubeconfigError as err:  # no kubeconfig, a broken one, no in-cluster config
+        raise InputError([f"kubegan operator: {err}"]) from None
     namespaces = args.namespace or []
     ctl = controller.Controller(
         kube,

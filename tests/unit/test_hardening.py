@@ -9,6 +9,8 @@ import copy
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -332,3 +334,102 @@ def test_read_progress_of_a_foreign_file_is_empty(tmp_path: Path, text: str) -> 
 
     (tmp_path / "progress.json").write_text(text)
     assert read_progress(tmp_path) == {}
+
+
+# ---- messages the user can act on ------------------------------------------------------------
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "digits-local.yaml")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["validate", ""], "kubegan validate: argument JOB.yaml: the path is empty"),
+        (["plan", "--nodes", "", EXAMPLE], "kubegan plan: argument --nodes: the path is empty"),
+        (["plan", "--nodes", EXAMPLE, ""], "kubegan plan: argument JOB.yaml: the path is empty"),
+        (["render", EXAMPLE, "--pods", ""], "kubegan render: argument --pods: the path is empty"),
+        (
+            ["render", EXAMPLE, "--prices", ""],
+            "kubegan render: argument --prices: the path is empty",
+        ),
+        (["run", ""], "kubegan run: argument JOB.yaml: the path is empty"),
+        (["run", EXAMPLE, "--output", ""], "kubegan run: argument --output: the path is empty"),
+        (["operator", "--prices", ""], "kubegan operator: argument --prices: the path is empty"),
+        (
+            ["operator", "--namespace", ""],
+            "kubegan operator: argument --namespace: the name is empty",
+        ),
+    ],
+)
+def test_an_empty_argument_is_named(
+    args: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kubegan validate ""` said `.: is a directory`: Path("") is the current directory."""
+    from kubegan_operator.cli import main
+
+    with pytest.raises(SystemExit) as code:
+        main(args)
+    assert code.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+def _operator(tmp_path: Path, kubeconfig: str | None) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+    }
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = kubeconfig
+    return subprocess.run(
+        [sys.executable, "-m", "kubegan_operator.cli", "operator"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _kubeconfig(tmp_path: Path, kind: str) -> str | None:
+    path = tmp_path / "kubeconfig"
+    if kind in ("unset", "empty"):
+        return None if kind == "unset" else ""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind != "missing":
+        path.write_text(
+            {"garbage": "clusters: [\n", "a list": "- 1\n", "no context": "a: 1\n"}[kind]
+        )
+    return str(path)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("unset", "no kubeconfig: {home}/.kube/config: no such file, and not running in a cluster"),
+        ("empty", "no kubeconfig: {home}/.kube/config: no such file"),
+        ("missing", "no kubeconfig: KUBECONFIG names {path}: no such file, and not running in"),
+        ("garbage", "kubeconfig {path}: invalid YAML at line 2"),
+        ("a list", "kubeconfig {path}: not a kubeconfig (expected a mapping"),
+        ("no context", "kubeconfig {path}: Invalid kube-config file. Expected key current-context"),
+        ("fifo", "kubeconfig {path}: not a regular file"),
+        ("directory", "kubeconfig {path}: not a regular file"),
+    ],
+)
+def test_operator_without_a_usable_kubeconfig_is_one_line(
+    tmp_path: Path, kind: str, words: str
+) -> None:
+    """It printed the client's "... Using inCluster Config. This might not work." on
+    stdout, then `kubeconfig: Service host/port is not set.`"""
+    result = _operator(tmp_path, _kubeconfig(tmp_path, kind))
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    expected = words.format(home=tmp_path, path=tmp_path / "kubeconfig")
+    assert line.startswith(f"kubegan operator: {expected}"), line
+    assert "might not work" not in line and "Traceback" not in line
