@@ -80,10 +80,6 @@ class Option:
     default_text: str = ""  # the default in words, where it is not one value
 
     @property
-    def default_shown(self) -> str:
-        return self.default_text or json.dumps(self.default)
-
-    @property
     def constraint(self) -> tuple[Any, ...]:
         """What the option accepts, without its default and meaning."""
         return (self.kind, self.minimum, self.maximum, self.choices, self.length)
@@ -270,6 +266,8 @@ def data_kind(model: str, options: Mapping[str, Any]) -> str:
 
 
 def _widest_layer(model: str, values: Mapping[str, Any]) -> list[Problem]:
+    """`ngf` and `ndf` at most 2048 x 8 / `imageSize`: the widest layer has ngf (ndf) x
+    imageSize/8 channels, at most 2048."""
     size = values["imageSize"]
     limit = MAX_DCGAN_WIDTH * 8 // size
     return [
@@ -284,6 +282,7 @@ def _widest_layer(model: str, values: Mapping[str, Any]) -> list[Problem]:
 
 
 def _patch_fits(model: str, values: Mapping[str, Any]) -> list[Problem]:
+    """`imageSize` >= 4 x 2^`nLayersD`."""
     # PatchGAN halves the image nLayersD times, then two 4x4 stride-1 convolutions take
     # two more pixels: anything smaller than 4 x 2^n leaves no patch to score.
     n, size = values["nLayersD"], values["imageSize"]
@@ -304,6 +303,8 @@ def _sample_shape(kind: str, values: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def _data_fits(model: str, values: Mapping[str, Any]) -> list[Problem]:
+    """`numSamples` synthetic samples take at most 2 GiB as float32 (a sample: channels x
+    imageSize^2 values for images, 2 x 3 x imageSize^2 for pairs, 51 x 51 x 25 for showers)."""
     kind = data_kind(model, values)
     n = values["numSamples"] or DEFAULT_SAMPLES[kind]
     what, floats = _sample_shape(kind, values)
@@ -377,6 +378,33 @@ def settings(model: str, options: Mapping[str, Any]) -> dict[str, Any]:
     if "numSamples" in values and values["numSamples"] is None:
         values["numSamples"] = DEFAULT_SAMPLES[data_kind(model, options)]
     return values
+
+
+def options_markdown() -> str:
+    """The tables of docs/api.md's "Model options" section (a test keeps the two equal)."""
+    out: list[str] = []
+    groups: dict[tuple[Option, ...], list[ModelOptions]] = {}
+    for table in MODELS.values():
+        groups.setdefault(table.options, []).append(table)
+    for tables in groups.values():
+        table = tables[0]
+        names = ", ".join(f"`{t.model}`" for t in tables)
+        out += [f"### {names} ({table.data_kind or 'any data: `dataKind`'})", ""]
+        out += ["| option | accepts | default | meaning |", "|---|---|---|---|"]
+        out += [
+            f"| `{o.name}` | {o.rule.removeprefix('must be ')} | {_default_cell(o)} | {o.meaning} |"
+            for o in table.options
+        ]
+        out += ["", "Between options:", ""]
+        out += [f"- {' '.join((rule.__doc__ or '').split())}" for rule in table.rules]
+        if table.open:
+            out += ["", "Any other name is the factory's own option, passed to it unchecked."]
+        out.append("")
+    return "\n".join(out)
+
+
+def _default_cell(option: Option) -> str:
+    return option.default_text or f"`{json.dumps(option.default)}`"
 
 
 def conv_levels(image_size: int) -> int:
