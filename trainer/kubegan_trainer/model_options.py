@@ -56,7 +56,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _num(x: float) -> str:
