@@ -8,49 +8,41 @@ State flows one way:
    events and its pods' queue that job; a node whose placement-relevant state changed (not a
    heartbeat) queues the jobs with workers on it and, if it may offer new capacity, the
    jobs that found no placement; a pod that frees capacity queues those too.
-3. **Queue -> reconcile.** Workers take one due job at a time, build its inputs from the
-   indexes (no API read), and run the pure `reconcile()` steps on kopf's event loop, so
-   plans are made one at a time against one inventory.
-4. **Decision -> actions.** Status first (over the resourceVersion it was computed from),
-   then creates, gate lifts, deletes (each kind at once) and events, in threads; what was written is
-   remembered until the watch shows it (cache.Expectations). `requeue_after` and the
-   controller's own clocks (NotReady grace, trainer progress) put the job back in the queue
-   when time alone will change something.
+3. **Queue -> sync: observe, decide, apply.** Workers take one due job at a time. A sync
+   observes what the indexes hold of the job (observe.py: a `JobSnapshot`, no API read),
+   decides with the pure `reconcile()` steps on kopf's event loop, so plans are made one at
+   a time against one inventory, and applies the `Decision` (apply.py: status first, then
+   creates, gate lifts, deletes, events; what it wrote is expected until the watch shows
+   it). `requeue_after` and the controller's own clocks (NotReady grace, trainer progress)
+   put the job back in the queue when time alone will change something.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator import cache, heap, metrics
-from kubegan_operator.api import GROUP, PLURAL, VERSION, GANTrainingJobSpec, Phase
-from kubegan_operator.kube import API_THREADS, EVENT_THREADS
+from kubegan_operator.api import GROUP, PLURAL, VERSION, Phase
+from kubegan_operator.apply import Applier
 from kubegan_operator.leader import lost_leadership
-from kubegan_operator.names import JOB_NAME_LABEL, config_map_name, service_name, worker_name
-from kubegan_operator.planner import Plan, plan
+from kubegan_operator.names import JOB_NAME_LABEL
+from kubegan_operator.observe import Observer
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.progress import (
-    ProgressUpdate,
-    TrainerProgress,
-    fetch_progress,
-    last_epoch_seconds,
-)
-from kubegan_operator.reconcile import Decision, failed_status, reconcile
-from kubegan_operator.topology import PodUsage, pod_usage
+from kubegan_operator.progress import ProgressReader
+from kubegan_operator.reconcile import Decision, reconcile
+from kubegan_operator.snapshot import JobSnapshot
+from kubegan_operator.threads import ApiThreads
 from kubegan_operator.workqueue import WorkQueue
 
 log = logging.getLogger("kubegan.operator")
-T = TypeVar("T")
 
 # Worker 0's metrics are read this often per running job (--progress-interval).
 PROGRESS_SECONDS = 15.0
@@ -60,9 +52,6 @@ RESYNC_SECONDS = 300.0
 # When capacity frees up, waiting jobs are queued this much later, so a burst of pod
 # deletions (a whole gang going) or of nodes coming back makes one re-plan, not one each.
 CAPACITY_SETTLE_SECONDS = 1.0
-# Pods outside the watched namespaces (only with --namespace) are listed at most this often,
-# and only when a job is about to be planned.
-FOREIGN_PODS_SECONDS = 30.0
 MAX_ERROR_DELAY_SECONDS = 60.0
 # Jobs reconciled at once. A worker holds its job for the reconcile's round trips (status,
 # then creates, then the gates: four on a new gang), each a fifth of a second on a busy local
@@ -70,28 +59,6 @@ MAX_ERROR_DELAY_SECONDS = 60.0
 # are applied at once, and the queue, not the apiserver, was the wait.
 WORKERS = 64
 NOT_READY_GRACE_SECONDS = cache.NOT_READY_GRACE_SECONDS
-
-
-def progress_read_due_in(last_read: float | None, now: float, every: float) -> float:
-    """Seconds until a running job's progress is due to be read again (0: now). Counted from
-    the last successful read, not from the last sync: a sync brought by some other event just
-    before the read was due must not push the read a whole interval further (a short job
-    could then finish between two reads and never show progress)."""
-    if last_read is None:
-        return 0.0
-    return max(0.0, every - (now - last_read))
-
-
-def _owned_by(pod: Mapping[str, Any], uid: str | None) -> bool:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid for r in refs)
-
-
-def _api_message(err: ApiException) -> str:
-    try:
-        return str(json.loads(err.body).get("message", err.reason))[:500]
-    except (TypeError, ValueError, AttributeError):
-        return str(err.reason)
 
 
 class Controller:
@@ -106,10 +73,7 @@ class Controller:
         workers: int = WORKERS,
         capacity: cache.FreeCapacity | None = None,
     ) -> None:
-        self.read_progress = read_progress
-        self.progress_seconds = progress_seconds
         self.kube = kube
-        self.prices = prices
         self.namespaces = namespaces or None
         self.workers = workers
         self.queue: WorkQueue[cache.JobKey] = WorkQueue()
@@ -117,23 +81,21 @@ class Controller:
         # Fed by the node and pod index handlers below (tests feed their own).
         self.capacity = capacity or cache.FreeCapacity()
         self.view: cache.View | None = None
-        # A gang's creates go out at once, from these threads.
-        self._executor = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kubegan-api")
-        self._event_executor = ThreadPoolExecutor(
-            EVENT_THREADS, thread_name_prefix="kubegan-events"
+        self.threads = ApiThreads()
+        self.progress = ProgressReader(read_progress, progress_seconds)
+        self.observer = Observer(
+            kube, self.expectations, prices, self.namespaces, self.progress, self.threads
         )
+        self.applier = Applier(kube, self.expectations, self.threads)
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}
-        # Per running job: when worker 0 was last asked, and its last answer.
-        self._progress: dict[cache.JobKey, tuple[float, TrainerProgress | None]] = {}
         self._errors: dict[cache.JobKey, int] = {}
-        self._foreign: tuple[float, list[PodUsage]] = (-FOREIGN_PODS_SECONDS, [])
         self._tasks: list[asyncio.Task[None]] = []
 
     # ---- wiring ------------------------------------------------------------------------------
 
     def attach(self, indices: Mapping[str, Any]) -> None:
         """Read kopf's indexes (handed to every handler) through one View."""
-        self.view = cache.View(
+        self.view = self.observer.view = cache.View(
             jobs=indices["kubegan_jobs"],
             nodes=indices["kubegan_nodes"],
             # One index for both views of pods (node names and job keys never collide).
@@ -162,8 +124,7 @@ class Controller:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         metrics.LEADER.set(0)
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        self._event_executor.shutdown(wait=False, cancel_futures=True)
+        self.threads.shutdown()
 
     # ---- triggers (kopf event handlers call these; no API calls) ------------------------------
 
@@ -259,232 +220,54 @@ class Controller:
                 for key in self.view.all_jobs():
                     self.queue.add(key)
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    # ---- one sync: observe -> decide -> apply --------------------------------------------------
 
     async def sync(self, key: cache.JobKey) -> None:
         """Reconcile one job from the indexes and apply its decision."""
-        view = self.view
-        assert view is not None
-        namespace, name = key
-        job = view.job(key)
+        assert self.view is not None
+        job = self.view.job(key)
         if job is None:
-            metrics.forget_job(namespace, name)
-            self.expectations.forget(key)
-            self._progress.pop(key, None)
+            self._forget(key)
             return
-        all_pods = view.pods(key)
-        wait = self.expectations.pending(key, all_pods)
+        pods = self.view.pods(key)
+        wait = self.expectations.pending(key, pods)
         if wait is not None:
             # The watch has not shown the last writes yet; its event brings the job back.
             self.queue.add(key, wait)
             return
-        metrics.RECONCILES.labels(ganjob=name, namespace=namespace).inc()
-        # Service/ConfigMap created (or found there) by this or an earlier sync, which the
-        # watch may not show yet: asking again was a 409 for one job in seven at 1000 nodes.
-        shown = {
-            kind: view.has(kind, (namespace, obj))
-            for kind, obj in (("Service", service_name(name)), ("ConfigMap", config_map_name(name)))
-        }
-        made = self.expectations.unseen_made(key, (k for k, v in shown.items() if v))
-        # At most two rounds: the second only right after this sync created a whole gang.
-        for first_round in (True, False):
-            uid = job["metadata"].get("uid")
-            # Only pods this job owns: a stray pod carrying the label is not ours to delete.
-            pods = [p for p in all_pods if _owned_by(p, uid)]
-            status = job.get("status") or {}
-            running = status.get("phase") == Phase.running
-            progress = await self._run(self._read_progress, key, job, pods) if running else None
-            extra: list[PodUsage] = []
-            if self.namespaces and not pods and status.get("phase") not in ("Succeeded", "Failed"):
-                extra = await self._foreign_usage()
-            now = datetime.now(UTC)
-
-            def make_plan(job: dict[str, Any] = job, extra: list[PodUsage] = extra) -> Plan:
-                spec = GANTrainingJobSpec.model_validate(job["spec"])
-                return plan(spec, view.inventory(exclude_job=key, extra=extra), self.prices)
-
-            d = reconcile(
-                job,
-                pods,
-                view.node_ready(now),
-                now,
-                make_plan,
-                have_service="Service" in made or shown["Service"],
-                have_config_map="ConfigMap" in made or shown["ConfigMap"],
-                progress=progress,
-                unbindable=view.unbindable(key, pods),
-            )
-            # Before anything is awaited: the next plan on this loop counts these workers.
-            self._expect(key, d)
-            written, created = await self._apply(key, job, pods, d, now)
-            made |= {o.get("kind", "") for o in d.create}
-            if shared := {o.get("kind", "") for o in d.create} & {"Service", "ConfigMap"}:
-                self.expectations.made(key, shared)
-            if written is not None:
-                self.expectations.of(key).written = written
-                job = written
-            if not first_round or d.delete_job or not _whole_gang_created(d, created):
-                break
+        metrics.RECONCILES.labels(ganjob=key[1], namespace=key[0]).inc()
+        seen = await self.observer.observe(key, job, pods)
+        d = reconcile(seen)
+        applied = await self.applier.apply(key, seen, d)
+        if applied.whole_gang and not d.delete_job:
             # Every worker the decision created exists: the apiserver's answers say so. Read
             # them now and release the gang in this sync, instead of waiting for the watch to
             # show them and the job to come round the queue again: on a busy control plane
             # that wait was most of the time from a job applied to its workers bound.
-            known = {_name(p) for p in all_pods}
-            all_pods = [*all_pods, *(p for p in created if _name(p) not in known)]
-        delays = [d.requeue_after, view.grace_left((_node(p) for p in pods), now)]
-        if running and self.read_progress:
-            tried_at = self._progress.get(key, (None, None))[0]
-            due = progress_read_due_in(tried_at, time.monotonic(), self.progress_seconds)
-            delays.append(due or self.progress_seconds)
+            pods = _with_created(pods, applied.created)
+            seen = await self.observer.observe(key, applied.written or job, pods)
+            d = reconcile(seen)
+            await self.applier.apply(key, seen, d)
+        self._requeue(key, seen, d)
+
+    def _requeue(self, key: cache.JobKey, seen: JobSnapshot, d: Decision) -> None:
+        """Come back when time alone will change something: a deadline the decision saw, a
+        node's NotReady grace running out, worker 0's progress due to be read."""
+        assert self.view is not None
+        if d.delete_job:
+            return
+        delays = [d.requeue_after, self.view.grace_left(map(_node, seen.pods), seen.now)]
+        if (seen.job.get("status") or {}).get("phase") == Phase.running:
+            delays.append(self.progress.next_read_in(key))
         wanted = [x for x in delays if x is not None]
-        if wanted and not d.delete_job:
+        if wanted:
             self.queue.add(key, min(wanted))
 
-    def _expect(self, key: cache.JobKey, d: Decision) -> None:
-        for obj in d.create:
-            if obj.get("kind") == "Pod":
-                pod = obj["metadata"]["name"]
-                self.expectations.expect(key, pod, "present")
-                usage = pod_usage(obj)
-                if isinstance(usage, PodUsage):
-                    self.expectations.reserve(key, usage)
-        for pod in d.lift_gates:
-            self.expectations.expect(key, pod, "ungated")
-        for pod, _force in d.delete_pods:
-            self.expectations.expect(key, pod, "gone")
-
-    # ---- the API calls, in the thread pool ----------------------------------------------------
-
-    async def _apply(
-        self,
-        key: cache.JobKey,
-        job: dict[str, Any],
-        pods: list[dict[str, Any]],
-        d: Decision,
-        now: datetime,
-    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """Carry out a decision; the job as the last status write returned it, and the
-        worker pods created, as the apiserver answered (slimmed like the index's; one that
-        already existed is left out). Requests of one kind go out together: each is a round
-        trip, and a busy apiserver makes a gang's creates one after another cost seconds."""
-        namespace, name = key
-        old_status = job.get("status") or {}
-        written = None
-        lifts = [(namespace, pod) for pod in d.lift_gates]
-        # Status first: a restart's counters and new attempt are recorded before any pod of
-        # the old gang is deleted, so an operator dying in between neither loses nor repeats it.
-        # A release (gate lifts, nothing created or deleted) is the exception: its status only
-        # records the release, reconcile records it again from the ungated pods if the write
-        # is lost (release_gang), so the lifts go out with it, one round trip sooner.
-        release = bool(lifts) and not d.create and not d.delete_pods
-        if d.status is not None:
-            rv = job["metadata"].get("resourceVersion")
-            write = self._run(self.kube.patch_status, namespace, name, old_status, d.status, rv)
-            if release:
-                written, _ = await asyncio.gather(write, self._all(self.kube.lift_gates, lifts))
-                lifts = []
-            else:
-                written = await write
-        try:
-            answers = await self._all(self.kube.create, [(obj,) for obj in d.create])
-        except ApiException as err:
-            if err.status not in (400, 422):
-                raise
-            return await self._run(self._refused, key, job, pods, d, now, err), []
-        created = [
-            slim
-            for obj, answer in zip(d.create, answers, strict=True)
-            if obj.get("kind") == "Pod" and isinstance(answer, Mapping)
-            for slim in cache.index_job_pod(answer).values()
-        ]
-        await self._all(self.kube.lift_gates, lifts)
-        await self._all(
-            self.kube.delete_pod, [(namespace, pod, force) for pod, force in d.delete_pods]
-        )
-        for type_, reason, message in d.events:
-            # Best effort and never waited for (kube.event logs its own failures).
-            self._event_executor.submit(self.kube.event, job, type_, reason, message)
-        if d.time_to_running is not None:
-            metrics.TIME_TO_RUNNING.labels(ganjob=name, namespace=namespace).observe(
-                d.time_to_running
-            )
-        metrics.observe_job(namespace, name, d.status or old_status, datetime.now(UTC))
-        if d.delete_job:
-            await self._run(self.kube.delete_job, namespace, name)
-            metrics.forget_job(namespace, name)
-        return written, created
-
-    async def _all(self, fn: Callable[..., T], calls: list[tuple[Any, ...]]) -> list[T]:
-        """`fn(*args)` for every args at once, their answers in order; the first error, once
-        all have ended."""
-        results = await asyncio.gather(
-            *(self._run(fn, *args) for args in calls), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return results  # type: ignore[return-value]  # no exceptions among them
-
-    def _refused(
-        self,
-        key: cache.JobKey,
-        job: dict[str, Any],
-        pods: list[dict[str, Any]],
-        d: Decision,
-        now: datetime,
-        err: ApiException,
-    ) -> dict[str, Any]:
-        """The apiserver refused what the spec asked for (a field the CRD schema cannot
-        check): the job cannot run as written. Say so instead of retrying forever."""
-        namespace, name = key
-        message = f"the apiserver refused a worker: {_api_message(err)}"
-        current = d.status or job.get("status") or {}
-        failed = failed_status(current, "InvalidSpec", message, now)
-        written = self.kube.patch_status(namespace, name, current, failed)
-        self.kube.event(job, "Warning", "InvalidSpec", message)
-        created = [o["metadata"]["name"] for o in d.create if o.get("kind") == "Pod"]
-        for pod in dict.fromkeys([*(_name(p) for p in pods), *created]):
-            self.kube.delete_pod(namespace, pod, False)
-        return written
-
-    def _read_progress(
-        self, key: cache.JobKey, job: Mapping[str, Any], pods: list[dict[str, Any]]
-    ) -> ProgressUpdate | None:
-        """Epoch and last epoch time from worker 0, at most every `progress_seconds`."""
-        if not self.read_progress:
-            return None
-        tried_at, before = self._progress.get(key, (None, None))
-        if progress_read_due_in(tried_at, time.monotonic(), self.progress_seconds):
-            return None
-        worker0 = next((p for p in pods if _name(p) == worker_name(key[1], 0)), None)
-        ip = ((worker0 or {}).get("status") or {}).get("podIP")
-        if not ip:  # the pod event that brings its IP brings the job back
-            return None
-        port = ((job.get("spec") or {}).get("monitoring") or {}).get("metricsPort", 9090)
-        now = fetch_progress(ip, int(port))
-        # A failed read waits its interval too (a busy worker is not asked again at once),
-        # and keeps the last reading for the next epoch-time difference.
-        self._progress[key] = (time.monotonic(), now or before)
-        if now is None:
-            return None
-        return ProgressUpdate(now.epoch, last_epoch_seconds(now, before), now.checkpoint)
-
-    async def _foreign_usage(self) -> list[PodUsage]:
-        """Pods outside the watched namespaces that hold node resources (namespaced mode)."""
-        fetched, usages = self._foreign
-        if time.monotonic() - fetched < FOREIGN_PODS_SECONDS:
-            return usages
-        pods = await self._run(self.kube.bound_pods)
-        watched = set(self.namespaces or ())
-        usages = [
-            u
-            for p in pods
-            if (p.get("metadata") or {}).get("namespace") not in watched
-            and isinstance(u := pod_usage(p), PodUsage)
-        ]
-        self._foreign = (time.monotonic(), usages)
-        return usages
+    def _forget(self, key: cache.JobKey) -> None:
+        """The job is gone: so is what the operator kept about it."""
+        metrics.forget_job(*key)
+        self.expectations.forget(key)
+        self.progress.forget(key)
 
     async def _report_error(self, key: cache.JobKey, err: Exception) -> None:
         """Best effort: the API may be what failed."""
@@ -493,7 +276,7 @@ class Controller:
             return
         first = (str(err).splitlines() or [""])[0][:300]
         try:
-            await self._run(
+            await self.threads.run(
                 self.kube.event, job, "Warning", "ReconcileError", f"{type(err).__name__}: {first}"
             )
         except Exception:
@@ -507,11 +290,12 @@ def _more_capacity(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
     return (ready and not was_ready) or (was_cordoned and not cordoned) or was != now
 
 
-def _whole_gang_created(d: Decision, created: list[dict[str, Any]]) -> bool:
-    """Whether the decision created workers and every one of them was created now (a
-    conflict means an earlier pod of that name, in a state only the watch can tell)."""
-    wanted = {o["metadata"]["name"] for o in d.create if o.get("kind") == "Pod"}
-    return bool(wanted) and wanted == {_name(p) for p in created}
+def _with_created(
+    pods: Sequence[dict[str, Any]], created: Iterable[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The job's pods and the ones this sync created that are not among them yet."""
+    known = {_name(p) for p in pods}
+    return [*pods, *(p for p in created if _name(p) not in known)]
 
 
 def _crashed(task: asyncio.Task[None]) -> None:

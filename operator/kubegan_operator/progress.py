@@ -6,10 +6,17 @@ operator reads `kubegan_epoch` and the epoch-duration histogram over HTTP, best 
 
 from __future__ import annotations
 
+import time
 import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from kubegan_operator.names import worker_name
+
+JobKey = tuple[str, str]  # (namespace, name), as cache.JobKey
 
 
 @dataclass(frozen=True)
@@ -78,3 +85,70 @@ def last_epoch_seconds(now: TrainerProgress, before: TrainerProgress | None) -> 
     if now.epoch_count:
         return now.epoch_seconds_sum / now.epoch_count
     return None
+
+
+def progress_read_due_in(last_read: float | None, now: float, every: float) -> float:
+    """Seconds until a running job's progress is due to be read again (0: now). Counted from
+    the last successful read, not from the last sync: a sync brought by some other event just
+    before the read was due must not push the read a whole interval further (a short job
+    could then finish between two reads and never show progress)."""
+    if last_read is None:
+        return 0.0
+    return max(0.0, every - (now - last_read))
+
+
+class ProgressReader:
+    """Worker 0's progress for each running job, read over HTTP at most every `every`
+    seconds (`--progress-interval`); off with `enabled` False (`--no-trainer-progress`)."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        every: float,
+        fetch: Callable[[str, int], TrainerProgress | None] = fetch_progress,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.enabled, self.every = enabled, every
+        self._fetch, self._clock = fetch, clock
+        # Per job: when worker 0 was last asked, and its last answer (for epoch times).
+        # Written from the API threads, read on the event loop: each access is one dict
+        # operation, which CPython does atomically.
+        self._last: dict[JobKey, tuple[float, TrainerProgress | None]] = {}
+
+    def read(
+        self, key: JobKey, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+    ) -> ProgressUpdate | None:
+        """Epoch and last epoch time from worker 0 when a read is due; blocking (HTTP)."""
+        if not self.enabled:
+            return None
+        tried_at, before = self._last.get(key, (None, None))
+        if progress_read_due_in(tried_at, self._clock(), self.every):
+            return None
+        worker0 = next((p for p in pods if _name(p) == worker_name(key[1], 0)), None)
+        ip = ((worker0 or {}).get("status") or {}).get("podIP")
+        if not ip:  # the pod event that brings its IP brings the job back
+            return None
+        port = ((job.get("spec") or {}).get("monitoring") or {}).get("metricsPort", 9090)
+        now = self._fetch(ip, int(port))
+        # A failed read waits its interval too (a busy worker is not asked again at once),
+        # and keeps the last reading for the next epoch-time difference.
+        self._last[key] = (self._clock(), now or before)
+        if now is None:
+            return None
+        return ProgressUpdate(now.epoch, last_epoch_seconds(now, before), now.checkpoint)
+
+    def next_read_in(self, key: JobKey) -> float | None:
+        """Seconds until the job's next read is due; None when reading is off. A whole
+        interval when one is due already: this sync found no worker 0 to read (the pod event
+        that brings its IP brings the job back sooner)."""
+        if not self.enabled:
+            return None
+        tried_at = self._last.get(key, (None, None))[0]
+        return progress_read_due_in(tried_at, self._clock(), self.every) or self.every
+
+    def forget(self, key: JobKey) -> None:
+        self._last.pop(key, None)
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    return (pod.get("metadata") or {}).get("name", "")

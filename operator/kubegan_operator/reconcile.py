@@ -15,7 +15,7 @@ exclusive conditions and the cost accrual in step with it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -43,6 +43,7 @@ from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, WorkerState, classify, exit_checkpoint, is_gated
 from kubegan_operator.progress import ProgressUpdate
 from kubegan_operator.render import render_config_map, render_pod, render_service
+from kubegan_operator.snapshot import JobSnapshot
 from kubegan_operator.timeutil import now_iso, parse_time
 
 TERMINAL = (Phase.succeeded, Phase.failed)
@@ -170,20 +171,29 @@ def transition(
 
 @dataclass
 class Context:
-    job: GANTrainingJob
-    uid: str | None
-    pods: list[Mapping[str, Any]]  # every pod the job owns
-    current: list[Mapping[str, Any]]  # of the current attempt
+    seen: JobSnapshot  # what the sync observed: read only
+    job: GANTrainingJob  # seen.job, validated once
+    current: list[Mapping[str, Any]]  # the pods of the current attempt
     stale: list[Mapping[str, Any]]  # of earlier attempts, still going away
-    node_ready: Mapping[str, bool]
-    now: datetime
-    make_plan: Callable[[], Plan]
-    have_service: bool
-    have_config_map: bool
     st: GANTrainingJobStatus  # the new status, written by the steps
     d: Decision = field(default_factory=Decision)
-    # Why an unbound worker can no longer be bound on its planned node (replan.py), if so.
-    unbindable: str | None = None
+
+    @property
+    def pods(self) -> Sequence[Mapping[str, Any]]:
+        """Every pod the job owns."""
+        return self.seen.pods
+
+    @property
+    def node_ready(self) -> Mapping[str, bool]:
+        return self.seen.node_ready
+
+    @property
+    def now(self) -> datetime:
+        return self.seen.now
+
+    @property
+    def uid(self) -> str | None:
+        return self.seen.uid
 
     @cached_property
     def workers(self) -> list[WorkerState]:
@@ -213,7 +223,7 @@ class Context:
         if self.d.requeue_after is None or seconds < self.d.requeue_after:
             self.d.requeue_after = seconds
 
-    def delete(self, pods: list[Mapping[str, Any]], which: str = "unfinished") -> None:
+    def delete(self, pods: Sequence[Mapping[str, Any]], which: str = "unfinished") -> None:
         """Delete `which` of `pods`: "live" ones (not being deleted yet), "unfinished" ones
         (live, or stuck in deletion on a gone or NotReady node: force those), or "all"."""
         self.d.delete_pods += [
@@ -230,46 +240,29 @@ class Context:
 Step = Callable[[Context], bool]
 
 
-def reconcile(
-    raw: Mapping[str, Any],
-    pods: list[Mapping[str, Any]],
-    node_ready: Mapping[str, bool],
-    now: datetime,
-    make_plan: Callable[[], Plan],
-    *,
-    have_service: bool,
-    have_config_map: bool,
-    progress: ProgressUpdate | None = None,
-    unbindable: str | None = None,
-) -> Decision:
-    """`progress` is what worker 0's metrics said, when they could be read; `unbindable`
-    why a worker not bound yet can no longer be bound where it was planned (replan.py)."""
+def reconcile(seen: JobSnapshot) -> Decision:
+    """The decision for one job, from what one sync observed of it and nothing else. The
+    spec is validated here, once: the steps, the plan and the renderers read the result."""
+    raw = seen.job
     try:
         job = GANTrainingJob.model_validate(
             {k: raw.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
         )
     except ValidationError as err:
         # The apiserver's schema should have stopped this; report it rather than crash.
-        return _invalid(raw, "; ".join(validation_problems(err)), now)
+        return _invalid(raw, "; ".join(validation_problems(err)), seen.now)
     old = GANTrainingJobStatus.model_validate(raw.get("status") or {})
     st = old.model_copy(deep=True)
     st.observed_generation = (raw.get("metadata") or {}).get("generation")
-    _record_progress(st, job, progress)
-    _record_exit_checkpoint(st, pods)
+    _record_progress(st, job, seen.progress)
+    _record_exit_checkpoint(st, seen.pods)
     st.cost = st.cost or CostStatus()
     ctx = Context(
+        seen=seen,
         job=job,
-        uid=(raw.get("metadata") or {}).get("uid"),
-        pods=pods,
-        current=[p for p in pods if _pod_attempt(p) == st.attempt],
-        stale=[p for p in pods if _pod_attempt(p) != st.attempt],
-        node_ready=node_ready,
-        now=now,
-        make_plan=make_plan,
-        have_service=have_service,
-        have_config_map=have_config_map,
+        current=[p for p in seen.pods if _pod_attempt(p) == st.attempt],
+        stale=[p for p in seen.pods if _pod_attempt(p) != st.attempt],
         st=st,
-        unbindable=unbindable,
     )
     for step in STEPS:
         if step(ctx):
@@ -294,7 +287,7 @@ def _record_progress(
         )
 
 
-def _record_exit_checkpoint(st: GANTrainingJobStatus, pods: list[Mapping[str, Any]]) -> None:
+def _record_exit_checkpoint(st: GANTrainingJobStatus, pods: Sequence[Mapping[str, Any]]) -> None:
     """A worker stopped by SIGTERM saves a checkpoint and exits before its metrics can be
     read again; it names that checkpoint in its termination message. Keep the newest."""
     named = [c for c in map(exit_checkpoint, pods) if c is not None]
@@ -392,9 +385,9 @@ def stale_gang(c: Context) -> bool:
 
 
 def shared_objects(c: Context) -> bool:
-    if not c.have_service:
+    if not c.seen.have_service:
         c.d.create.append(render_service(c.job, _stored_plan(c.st) or Plan(True), c.uid))
-    if not c.have_config_map:
+    if not c.seen.have_config_map:
         c.d.create.append(render_config_map(c.job, c.uid))
     return False
 
@@ -404,7 +397,7 @@ def create_gang(c: Context) -> bool:
     of one is created ungated: it is whole at once)."""
     if c.current:
         return False
-    plan = c.make_plan()
+    plan = c.seen.plan(c.job.spec)
     st = c.st
     if not plan.feasible:
         was = next((x for x in st.conditions if x.type == ConditionType.unschedulable), None)
@@ -550,7 +543,7 @@ def gang_waiting(c: Context) -> bool:
     released = parse_time(st.released_at)
     # Released by an earlier reconcile (not by this one, whose gate lifts are still to go out).
     earlier = released is not None and st.released_attempt == st.attempt and not c.d.lift_gates
-    stale = c.unbindable if earlier else None
+    stale = c.seen.unbindable if earlier else None
     if stale or (
         waiting and released and (c.now - released).total_seconds() > REPLAN_AFTER_SECONDS
     ):
@@ -619,7 +612,7 @@ def _force(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> bool:
 
 
 def _clean_pods(
-    pods: list[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
     policy: CleanPodPolicy,
     node_ready: Mapping[str, bool],
     *,

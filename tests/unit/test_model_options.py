@@ -29,6 +29,7 @@ from kubegan_operator.cli import main
 from kubegan_operator.crd import declared_options, spec_schema
 from kubegan_operator.loading import InputError, job_from_object
 from kubegan_operator.reconcile import reconcile
+from kubegan_operator.snapshot import JobSnapshot
 from kubegan_trainer.__main__ import load_config
 from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
 from kubegan_trainer.model_options import MODELS, Kind, Option, option_problems
@@ -205,16 +206,17 @@ def status_message(model: str, options: dict[str, Any]) -> str:
     """The message of the operator's Failed condition for a job the apiserver let through
     (a CRD older than the operator, or an option its schema cannot see)."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    d = reconcile(
-        job(model, options), [], {}, now, _no_plan, have_service=False, have_config_map=False
+    seen = JobSnapshot(
+        job(model, options), (), {}, now, have_service=False, have_config_map=False, plan=_no_plan
     )
+    d = reconcile(seen)
     assert d.status is not None and d.status["phase"] == "Failed"
     (condition,) = [c for c in d.status["conditions"] if c["type"] == "Failed"]
     assert condition["reason"] == "InvalidSpec"
     return condition["message"]
 
 
-def _no_plan() -> Any:
+def _no_plan(spec: Any) -> Any:
     raise AssertionError("an invalid job is never planned")
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from kubegan_operator.controller import progress_read_due_in
 from kubegan_operator.progress import (
     TrainerProgress,
     fetch_progress,
     last_epoch_seconds,
     parse_trainer_metrics,
+    progress_read_due_in,
 )
 from kubegan_trainer.metrics import TrainerMetrics
 from kubegan_trainer.ports import reserve_port

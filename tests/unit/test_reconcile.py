@@ -7,10 +7,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubegan_operator.api import GANTrainingJobSpec
 from kubegan_operator.cost import dollars_now
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, classify
 from kubegan_operator.reconcile import Decision, hourly, reconcile
+from kubegan_operator.snapshot import JobSnapshot, Planner
 from kubegan_operator.timeutil import parse_time
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
@@ -41,6 +43,20 @@ def job(**run_policy: Any) -> dict[str, Any]:
     }
 
 
+def snapshot(
+    j: dict[str, Any],
+    pods: list[dict[str, Any]],
+    nodes: dict[str, bool],
+    now: datetime,
+    plan: Planner = lambda spec: PLAN,
+    **seen: Any,
+) -> JobSnapshot:
+    """What a sync would observe, with the job's Service and ConfigMap there."""
+    return JobSnapshot(
+        j, tuple(pods), nodes, now, have_service=True, have_config_map=True, plan=plan, **seen
+    )
+
+
 class World:
     """Applies decisions the way the operator and a scheduler/kubelet would."""
 
@@ -60,20 +76,20 @@ class World:
         the controller's answer to whether a pinned worker can still be bound."""
         self.now += timedelta(seconds=seconds)
 
-        def make_plan() -> Plan:
+        def make_plan(spec: GANTrainingJobSpec) -> Plan:
             self.plans_made += 1
             return self.plan
 
         d = reconcile(
-            self.job,
-            list(self.pods.values()),
-            self.nodes,
-            self.now,
-            make_plan,
-            have_service=True,
-            have_config_map=True,
-            progress=progress,
-            unbindable=unbindable,
+            snapshot(
+                self.job,
+                list(self.pods.values()),
+                self.nodes,
+                self.now,
+                make_plan,
+                progress=progress,
+                unbindable=unbindable,
+            )
         )
         if d.status is not None:
             self.job["status"] = d.status
@@ -355,7 +371,7 @@ def test_restart_is_recorded_before_deletion_and_survives_operator_restart() -> 
 def test_invalid_spec_fails_the_job_with_the_field() -> None:
     j = job()
     j["spec"]["training"] = {"epochs": 0}
-    d = reconcile(j, [], NODES, T0, lambda: PLAN, have_service=True, have_config_map=True)
+    d = reconcile(snapshot(j, [], NODES, T0))
     assert d.status is not None and d.status["phase"] == "Failed"
     assert "spec.training.epochs" in d.status["conditions"][-1]["message"]
 
@@ -423,16 +439,7 @@ def test_progress_and_last_checkpoint_from_worker_0() -> None:
     w = running_world()
     update = ProgressUpdate(epoch=7, last_epoch_seconds=115.04, checkpoint=(7, 0, 1.8e9))
     w.now += timedelta(seconds=1)
-    d = reconcile(
-        w.job,
-        list(w.pods.values()),
-        w.nodes,
-        w.now,
-        lambda: PLAN,
-        have_service=True,
-        have_config_map=True,
-        progress=update,
-    )
+    d = reconcile(snapshot(w.job, list(w.pods.values()), w.nodes, w.now, progress=update))
     assert d.status is not None
     assert d.status["progress"] == {"epoch": 7, "epochs": 60, "lastEpochSeconds": 115.04}
     assert d.status["lastCheckpoint"] == {"epoch": 7, "step": 0, "time": "2027-01-15T08:00:00Z"}

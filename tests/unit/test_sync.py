@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 import pytest
-from kubegan_operator import cache, controller
+from kubegan_operator import api, cache, controller
 from kubernetes.client.exceptions import ApiException
 
 from tests.unit.cache_world import Indexes
@@ -90,8 +90,7 @@ def sync(kube: FakeKube) -> controller.Controller:
 
     async def run() -> None:
         await ctl.sync(("ns", "g"))
-        ctl._event_executor.shutdown(wait=True)
-        ctl._executor.shutdown(wait=True)
+        ctl.threads.shutdown(wait=True)
 
     asyncio.run(run())
     return ctl
@@ -107,6 +106,26 @@ def test_a_new_gang_is_created_and_released_in_one_sync() -> None:
     # status write (one write per new gang fewer: they are the apiserver's costliest).
     assert sorted(kube.calls[5:]) == [("lift", w) for w in workers]
     assert sum(c == "status" for c, _ in kube.calls) == 1
+
+
+def test_a_sync_validates_the_spec_once_per_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """reconcile() validates the job; the plan, the renderers and the steps read that result
+    (the plan used to validate the spec a second time)."""
+    validated: list[str] = []
+
+    def counting(cls: type[Any], original: Any) -> Any:
+        def model_validate(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            validated.append(cls.__name__)
+            return original(obj, *args, **kwargs)
+
+        return model_validate
+
+    for cls in (api.GANTrainingJob, api.GANTrainingJobSpec):
+        monkeypatch.setattr(cls, "model_validate", counting(cls, cls.model_validate))
+    kube = FakeKube()
+    sync(kube)
+    assert ("lift", "g-worker-0") in kube.calls  # two decisions: plan and create, release
+    assert validated == ["GANTrainingJob", "GANTrainingJob"]
 
 
 def test_a_gang_created_and_released_in_one_sync_waits_for_the_watch_to_show_it() -> None:
@@ -174,7 +193,6 @@ def test_service_and_config_map_are_created_once_while_the_watch_lags() -> None:
         ctl.expectations.clock = lambda: later
         await ctl.sync(key)
         assert sorted(shared_creates()) == ["g", "g", "g-config", "g-config"]
-        ctl._event_executor.shutdown(wait=True)
-        ctl._executor.shutdown(wait=True)
+        ctl.threads.shutdown(wait=True)
 
     asyncio.run(run())

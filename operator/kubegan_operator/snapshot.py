@@ -1,0 +1,41 @@
+"""What one sync observed of a job: reconcile's whole input (observe -> decide -> apply).
+
+The controller builds a `JobSnapshot` from its indexes (observe.py), `reconcile()` turns it
+into a `Decision` without reading anything else (decide), and the controller carries the
+decision out (apply.py). Frozen, so a step cannot change what the others see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubegan_operator.api import GANTrainingJobSpec
+from kubegan_operator.planner import Plan
+from kubegan_operator.progress import ProgressUpdate
+
+# A placement for the job's (validated) spec against the free capacity now.
+Planner = Callable[[GANTrainingJobSpec], Plan]
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    job: Mapping[str, Any]  # as the watch shows it, or as this operator's last write returned it
+    pods: Sequence[Mapping[str, Any]]  # every pod the job owns (not a stray with its label)
+    node_ready: Mapping[str, bool]  # every node the cluster has: usable now
+    now: datetime
+    have_service: bool  # shown by the watch, or created and not shown yet
+    have_config_map: bool
+    # Called only by the decision that plans a gang, so the capacity is read only then. It is
+    # still the capacity of the instant the snapshot was taken: nothing else runs on the
+    # event loop between observe and decide.
+    plan: Planner
+    progress: ProgressUpdate | None = None  # what worker 0's metrics said, when read
+    # Why a worker not bound yet can no longer be bound where it was planned (replan.py).
+    unbindable: str | None = None
+
+    @property
+    def uid(self) -> str | None:
+        return (self.job.get("metadata") or {}).get("uid")
