@@ -19,7 +19,7 @@
 #   KUBEGAN_IMAGE_REPO, KUBEGAN_IMAGE_TAG   as for build-images.sh (kubegan.local, dev)
 #   KUBEGAN_CONTAINERD_SOCKETS  space-separated containerd sockets to load into instead of the
 #                               real nodes' (e.g. a throwaway containerd for a test)
-#   KUBEGAN_CLUSTER_DIR         as for hack/real-node-up.sh (names and paths of the nodes)
+#   KUBEGAN_REAL_SITE           as for hack/real-node-up.sh: whose nodes (default real)
 set -Eeuo pipefail
 trap 'echo "load-images.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -85,8 +85,8 @@ for t in "${targets[@]}"; do
   [[ -n "$(descriptor "$REPO/$t:$TAG")" ]] || die "$REPO/$t:$TAG is not in $LAYOUT: run hack/build-images.sh $t"
 done
 
-# Sockets: given, or every real node's whose containerd answers (node dirs are
-# $RUN_ROOT/kubegan-real-<i>/, see real-node-lib.sh).
+# Sockets: given, or every real node's of the site whose containerd answers (node dirs are
+# $RUN_ROOT/<node name>/, e.g. /run/kubegan-real/kubegan-real-1/, see real-node-lib.sh).
 sockets=()
 if [[ -n "${KUBEGAN_CONTAINERD_SOCKETS:-}" ]]; then
   read -ra sockets <<<"$KUBEGAN_CONTAINERD_SOCKETS"

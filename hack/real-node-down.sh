@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Remove every real node started by hack/real-node-up.sh: kubelets, pod containers and their
+# Remove every real node of one site (KUBEGAN_REAL_SITE, default real; names in
+# hack/real-node-lib.sh) started by hack/real-node-up.sh: kubelets, pod containers and their
 # network namespaces, containerd and its shims, mounts under the node directories, cgroups,
-# node network namespaces, veths, routes, the host bridge kg-nodes, the apiserver relay, the
-# Node objects, and the state in <cluster dir>/real-nodes and /run/kubegan-real.
-# Only one cluster dir at a time can own real nodes on a machine (real-node-up.sh checks), so
-# this removes every kubegan-real-* node it finds, also ones whose state dir is already gone.
+# node network namespaces, veths, routes, the host bridge (kg-nodes for site real), the
+# apiserver relay, CoreDNS, the Node objects, and the state in <cluster dir>/real-nodes and
+# /run/kubegan-<site>.
+# Only one cluster dir at a time can own a site's real nodes (real-node-up.sh checks), so this
+# removes every node of the site it finds (kubegan-real-* for site real), also ones whose state
+# dir is already gone. It touches nothing of another site: every name, address, path and
+# process it looks for is this site's.
 # Safe to run twice. Leaves the control plane alone.
 # Usage: real-node-down.sh          everything
 #        real-node-down.sh 2        only node 2 (its pods die with it; the Node object is deleted)
@@ -15,22 +19,20 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 # shellcheck source=hack/real-node-lib.sh
 source "$HACK_DIR/real-node-lib.sh"
-if [[ -s "$NET_OWNER" ]]; then   # the cluster that owns the real nodes, if not ours
+if [[ -s "$NET_OWNER" ]]; then   # the cluster that owns the site's real nodes, if not ours
   CLUSTER_DIR="$(cat "$NET_OWNER")"; ADMIN_KUBECONFIG="$CLUSTER_DIR/kubeconfig"
   STATE_ROOT="$CLUSTER_DIR/real-nodes"; LOGS="$STATE_ROOT/logs"; PIDS="$STATE_ROOT/pids"
-  COREDNS_DIR="$STATE_ROOT/coredns"
+  COREDNS_DIR="$STATE_ROOT/coredns"; SITE_FILE="$STATE_ROOT/site"
+fi
+# A cluster dir whose real nodes are on another site: its state, pid files and objects are that
+# site's, so removing them here would take another site's CoreDNS and relay with them.
+if [[ -s "$SITE_FILE" && "$(cat "$SITE_FILE")" != "$SITE" ]]; then
+  echo "real-node-down: the real nodes of $CLUSTER_DIR are on site $(cat "$SITE_FILE"), not $SITE; use KUBEGAN_REAL_SITE=$(cat "$SITE_FILE")" >&2
+  exit 2
 fi
 
 log() { printf '[real-node-down %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-stop_pid() {  # stop_pid <pid>: TERM, then KILL after 10 s
-  local pid="$1" n
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((n = 0; n < 100; n++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  for ((n = 0; n < 50; n++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-}
 stop_named() {  # stop_named <pid-file name>
   if pid_alive "$1"; then log "stopping $1"; stop_pid "$(cat "$PIDS/$1.pid")"; fi
   rm -f "$PIDS/$1.pid"
@@ -49,13 +51,16 @@ unmount_under() {  # unmount everything mounted below a directory, deepest first
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
   done
 }
-node_indices() {  # every node index found anywhere (state dirs, run dirs, netns, cgroups)
+site_netns() {  # this site's node network namespaces
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NETNS_PREFIX-[0-9]+\$" || true
+}
+node_indices() {  # every node index of this site found anywhere (state dirs, run dirs, netns, cgroups)
   {
-    compgen -G "$STATE_ROOT/kubegan-real-*" || true
-    compgen -G "$RUN_ROOT/kubegan-real-*" || true
-    compgen -G "/sys/fs/cgroup/cpu/$CGROUP_PARENT/kubegan-real-*" || true
-    ip netns list 2>/dev/null | awk '{print $1}' | grep '^kg-real-' || true
-  } | sed -n 's/.*\(kubegan-real-\|kg-real-\)\([0-9][0-9]*\)$/\2/p' | sort -un
+    compgen -G "$STATE_ROOT/$NODE_PREFIX-*" || true
+    compgen -G "$RUN_ROOT/$NODE_PREFIX-*" || true
+    compgen -G "/sys/fs/cgroup/cpu/$CGROUP_PARENT/$NODE_PREFIX-*" || true
+    site_netns
+  } | sed -n "s#^\(.*/\)\{0,1\}\($NODE_PREFIX\|$NETNS_PREFIX\)-\([0-9][0-9]*\)\$#\3#p" | sort -un
 }
 
 remove_node() {  # remove_node <i>
@@ -108,11 +113,11 @@ remove_node() {  # remove_node <i>
   rm -f /var/lib/cni/results/"kubegan-$node"-*
   ip route del "$(pod_cidr "$i")" 2>/dev/null || true
   local other
-  for other in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^kg-real-' || true); do
+  for other in $(site_netns); do
     ip -n "$other" route del "$(pod_cidr "$i")" 2>/dev/null || true
   done
   if ip netns list | awk '{print $1}' | grep -qx "$ns"; then ip netns del "$ns"; fi
-  ip link del "kgn-h$i" 2>/dev/null || true
+  ip link del "$(host_veth "$i")" 2>/dev/null || true
   rm -rf "$dir" "$run"
   if [[ -s "$ADMIN_KUBECONFIG" && -x "$CLUSTER_DIR/bin/kubectl" ]]; then
     kubectl delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
@@ -132,14 +137,14 @@ main() {
   fi
   for i in $(node_indices); do remove_node "$i"; done
   stop_named coredns
-  local p; for p in $(pids_with_arg "$COREDNS_DIR/Corefile"); do stop_pid "$p"; done
+  local p; for p in $(pids_with_arg "$COREDNS_DIR/Corefile") $(pids_with_arg "$RUN_ROOT/coredns.pid"); do stop_pid "$p"; done
   if [[ -s "$ADMIN_KUBECONFIG" && -x "$CLUSTER_DIR/bin/kubectl" ]]; then
     kubectl delete -n kube-system service/kube-dns endpointslice/kube-dns-host --ignore-not-found --wait=false >/dev/null 2>&1 || true
     kubectl delete -n default endpointslice/kubernetes --ignore-not-found --wait=false >/dev/null 2>&1 || true
     kubectl delete pv -l kubegan.io/local-shared=true --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi
   stop_named apiserver-relay
-  for p in $(pids_with_arg "bind=$HOST_BRIDGE_IP"); do stop_pid "$p"; done
+  for p in $(pids_with_arg "$(relay_bind)"); do stop_pid "$p"; done
   if ip link show "$HOST_BRIDGE" >/dev/null 2>&1; then ip link del "$HOST_BRIDGE"; log "deleted bridge $HOST_BRIDGE"; fi
   local cg; for cg in /sys/fs/cgroup/*/"$CGROUP_PARENT"; do [[ -d "$cg" ]] && rmdir "$cg" 2>/dev/null || true; done
   unmount_under "$STATE_ROOT"; unmount_under "$RUN_ROOT"

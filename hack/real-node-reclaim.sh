@@ -12,6 +12,8 @@
 # Prints one line per phase on stdout, "<phase> <unix time>", for bench/e2e_preemption.py:
 #   notice, stopped (containers gone), marked, gone (Node deleted).
 # Usage: real-node-reclaim.sh <i> [--grace SECONDS]
+# Environment: KUBEGAN_REAL_SITE, KUBEGAN_CLUSTER_DIR as for hack/real-node-up.sh (node <i> of
+# that site and cluster).
 set -Eeuo pipefail
 trap 'echo "real-node-reclaim.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 

@@ -2,11 +2,15 @@
 # Start N *real* nodes (kubelet + containerd + runc) beside the KWOK fake nodes of the local
 # control plane started by hack/cluster-up.sh. See hack/README.md "Real nodes".
 #
+# Names and addresses come from the site (KUBEGAN_REAL_SITE, hack/real-node-lib.sh; table in
+# hack/README.md); those of the default site `real` are shown here (site `e2e`: kubegan-e2e-<i>,
+# kg-e2e-<i>, bridge kg-e2e-nodes 10.248.0.1/24, pods 10.247.<i>.0/24, /run/kubegan-e2e, cgroup
+# parent kubegan-e2e).
 # Node i (1..N) is named kubegan-real-<i> and gets:
-#   * its own network namespace kg-real-<i>; its eth0 (10.246.0.<10+i>/24) is a veth into the
-#     host bridge kg-nodes (10.246.0.1/24); the host and every other node namespace route its
-#     pod CIDR 10.245.<i>.0/24 to it (node to node at layer 2 on the bridge: the host forwards
-#     nothing, so no pod traffic leaves the machine)
+#   * its own network namespace kg-real-<i>; its eth0 (10.246.0.<10+i>/24) is a veth (host end
+#     kgn-h<i>) into the host bridge kg-nodes (10.246.0.1/24); the host and every other node
+#     namespace route its pod CIDR 10.245.<i>.0/24 to it (node to node at layer 2 on the bridge:
+#     the host forwards nothing, so no pod traffic leaves the machine)
 #   * its own containerd (config, root, state, socket) and kubelet (root dir, certificates,
 #     cgroup root /kubegan/kubegan-real-<i> in every cgroup v1 hierarchy), both running inside
 #     the namespace (nsenter --net: the mount namespace stays the host's, so containerd sees
@@ -21,9 +25,11 @@
 # The kubelets reach the apiserver (which listens on 127.0.0.1 only) through one socat relay
 # on 10.246.0.1:<apiserver port>; their kubeconfig names the server "kubernetes" for TLS. The
 # `kubernetes` Service's EndpointSlice points at that relay, so in-cluster clients work.
-# CoreDNS (hack/gomod/coredns) runs on the host at 10.246.0.1:53 and serves cluster.local; the
-# Service kube-system/kube-dns (10.0.0.10, the kubelets' clusterDNS) points at it, so names keep
-# resolving while nodes come and go.
+# CoreDNS (hack/gomod/coredns) runs on the host at 10.246.0.1:53 (health :18053, ready :18054,
+# on that address only) and serves cluster.local; the Service kube-system/kube-dns (10.0.0.10,
+# the kubelets' clusterDNS) points at it, so names keep resolving while nodes come and go.
+# Nothing else listens in the host's network namespace: containerd, kubelets and kube-proxies
+# run inside the node namespaces.
 # The images kubegan.local/pause:busybox (pod sandbox) and kubegan.local/busybox:1.35 are
 # made from Debian's busybox-static (hack/make-busybox-image.sh) and imported into each node.
 #
@@ -32,8 +38,10 @@
 # Idempotent: running nodes are left alone.
 # Environment:
 #   REAL_NODES               number of nodes (default 1)
+#   KUBEGAN_REAL_SITE        real (default), e2e or docs: which machine-wide names and addresses
+#                            (one cluster dir per site at a time; two sites run side by side)
 #   KUBEGAN_CLUSTER_DIR      control-plane state dir (default <repo>/.cluster); node state goes
-#                            to <cluster dir>/real-nodes/, sockets to /run/kubegan-real/
+#                            to <cluster dir>/real-nodes/, sockets to /run/kubegan-<site>/
 #   KUBEGAN_APISERVER_PORT   as in hack/cluster-up.sh (default 6443)
 #   KUBEGAN_REAL_NODE_TAINTS --register-with-taints for every node (default none)
 #   KUBEGAN_UP_TIMEOUT       seconds to wait for each step (default 120)
@@ -84,13 +92,29 @@ preflight() {
   kubectl get --raw /readyz >/dev/null || die "the apiserver of $CLUSTER_DIR is not ready; run make cluster-up"
   [[ "$REAL_NODES" =~ ^[1-9][0-9]?$ ]] && ((REAL_NODES <= 50)) || die "REAL_NODES must be 1..50"
   if [[ -e "$NET_OWNER" && "$(cat "$NET_OWNER")" != "$CLUSTER_DIR" ]]; then
-    die "real-node networking belongs to the cluster in $(cat "$NET_OWNER"); run its real-node-down first"
+    die "site $SITE's real nodes belong to the cluster in $(cat "$NET_OWNER"); run its real-node-down first, or use another KUBEGAN_REAL_SITE (one of: $REAL_SITES)"
   fi
+  # One cluster's nodes on two sites would fight over its kube-dns and kubernetes endpoints.
+  if [[ -s "$SITE_FILE" && "$(cat "$SITE_FILE")" != "$SITE" ]]; then
+    die "the real nodes of $CLUSTER_DIR are on site $(cat "$SITE_FILE"); use KUBEGAN_REAL_SITE=$(cat "$SITE_FILE") or run its real-node-down first"
+  fi
+  if [[ ! -e "$NET_OWNER" ]]; then
+    local net found
+    for net in "$NODE_NETWORK" "$POD_NETWORK"; do
+      found="$(foreign_routes "$net")"
+      [[ -z "$found" ]] || die "site $SITE's network $net is already routed on this machine ($found); use another KUBEGAN_REAL_SITE (one of: $REAL_SITES)"
+    done
+  fi
+}
+
+foreign_routes() {  # foreign_routes <cidr>: routes inside or around it (not the default) that are not ours
+  { ip -4 -o route show root "$1"; ip -4 -o route show match "$1"; } 2>/dev/null \
+    | grep -Ev "^default |dev $HOST_BRIDGE( |\$)" | sort -u | paste -sd ';' || true
 }
 
 # ---------------------------------------------------------------- host side
 setup_host_network() {
-  mkdir -p "$(dirname "$NET_OWNER")"; echo "$CLUSTER_DIR" >"$NET_OWNER"
+  mkdir -p "$(dirname "$NET_OWNER")"; echo "$CLUSTER_DIR" >"$NET_OWNER"; echo "$SITE" >"$SITE_FILE"
   if ! ip link show "$HOST_BRIDGE" >/dev/null 2>&1; then
     ip link add "$HOST_BRIDGE" type bridge
     ip addr add "$HOST_BRIDGE_IP/24" dev "$HOST_BRIDGE"
@@ -160,13 +184,14 @@ EOF2
 
 setup_node_network() {  # setup_node_network <i>
   local i="$1" ns; ns="$(netns_name "$i")"
-  local host_if="kgn-h$i" node_ip; node_ip="$(node_ip "$i")"
-  if ! ip netns list | grep -qw "$ns"; then
+  local host_if node_if node_ip
+  host_if="$(host_veth "$i")"; node_if="$(node_veth "$i")"; node_ip="$(node_ip "$i")"
+  if ! ip netns list | awk '{print $1}' | grep -qxF "$ns"; then
     ip netns add "$ns"
-    ip link add "$host_if" type veth peer name "kgn-n$i"
-    ip link set "kgn-n$i" netns "$ns"
+    ip link add "$host_if" type veth peer name "$node_if"
+    ip link set "$node_if" netns "$ns"
     ip link set "$host_if" master "$HOST_BRIDGE" up
-    ip -n "$ns" link set "kgn-n$i" name eth0
+    ip -n "$ns" link set "$node_if" name eth0
     ip -n "$ns" addr add "$node_ip/24" dev eth0
     ip -n "$ns" link set lo up
     ip -n "$ns" link set eth0 up
@@ -177,15 +202,16 @@ setup_node_network() {  # setup_node_network <i>
   ip route replace "$(pod_cidr "$i")" via "$node_ip" dev "$HOST_BRIDGE"
 }
 
-setup_cgroups() {  # setup_cgroups <node>: /kubegan/<node> in every v1 hierarchy the kubelet uses
-  local node="$1" d sub
+setup_cgroups() {  # setup_cgroups <node>: /$CGROUP_PARENT/<node> in every v1 hierarchy the kubelet uses
+  local node="$1" d sub p
   for sub in cpu cpuacct cpuset memory devices freezer blkio pids systemd hugetlb net_cls net_prio perf_event; do
     d=/sys/fs/cgroup/$sub
     [[ -d "$d" ]] || continue
-    mkdir -p "$d/kubegan/$node"
+    p="$d/$CGROUP_PARENT"
+    mkdir -p "$p/$node"
     if [[ "$sub" == cpuset ]]; then  # a new v1 cpuset has no cpus/mems until given some
-      cat "$d/cpuset.cpus" >"$d/kubegan/cpuset.cpus"; cat "$d/cpuset.mems" >"$d/kubegan/cpuset.mems"
-      cat "$d/cpuset.cpus" >"$d/kubegan/$node/cpuset.cpus"; cat "$d/cpuset.mems" >"$d/kubegan/$node/cpuset.mems"
+      cat "$d/cpuset.cpus" >"$p/cpuset.cpus"; cat "$d/cpuset.mems" >"$p/cpuset.mems"
+      cat "$d/cpuset.cpus" >"$p/$node/cpuset.cpus"; cat "$d/cpuset.mems" >"$p/$node/cpuset.mems"
     fi
   done
 }
@@ -281,7 +307,7 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
-cgroupRoot: /kubegan/$node
+cgroupRoot: /$CGROUP_PARENT/$node
 containerRuntimeEndpoint: unix://$run/containerd.sock
 address: $(node_ip "$i")
 port: 10250
@@ -326,7 +352,7 @@ setup_pod_routes() {  # every node namespace routes every other node's pod CIDR 
   # alone), so pod traffic never leaves the node network.
   local i j
   local -a nodes
-  mapfile -t nodes < <(ip netns list | awk '{print $1}' | sed -n 's/^kg-real-\([0-9][0-9]*\)$/\1/p' | sort -n)
+  mapfile -t nodes < <(ip netns list | awk '{print $1}' | sed -n "s/^$NETNS_PREFIX-\([0-9][0-9]*\)\$/\1/p" | sort -n)
   for i in "${nodes[@]}"; do
     for j in "${nodes[@]}"; do
       [[ "$i" == "$j" ]] || ip -n "$(netns_name "$i")" route replace "$(pod_cidr "$j")" via "$(node_ip "$j")" dev eth0
@@ -435,14 +461,14 @@ start_coredns() {
   gen_client_cert "$COREDNS_DIR" coredns "kubegan:coredns"
   write_kubeconfig "$COREDNS_DIR/kubeconfig" "https://127.0.0.1:$APISERVER_PORT" "kubegan:coredns" \
     "$COREDNS_DIR/coredns.crt" "$COREDNS_DIR/coredns.key"
-  cat >"$COREDNS_DIR/Corefile" <<COREFILE
+  cat >"$COREDNS_DIR/Corefile.new" <<COREFILE
 # cluster.local for the real nodes' pods (hack/real-node-up.sh). Nothing else resolves: this
 # machine has no upstream resolver for pods.
 cluster.local:53 in-addr.arpa:53 {
     bind $HOST_BRIDGE_IP
     errors
-    ready $HOST_BRIDGE_IP:8181
-    health $HOST_BRIDGE_IP:8080
+    ready $HOST_BRIDGE_IP:$COREDNS_READY_PORT
+    health $HOST_BRIDGE_IP:$COREDNS_HEALTH_PORT
     kubernetes cluster.local in-addr.arpa {
         kubeconfig $COREDNS_DIR/kubeconfig kubegan-local
         pods insecure
@@ -455,9 +481,20 @@ cluster.local:53 in-addr.arpa:53 {
     errors
 }
 COREFILE
-  if ! pid_alive coredns; then start_proc coredns "$coredns" -conf "$COREDNS_DIR/Corefile"; fi
-  wait_until "CoreDNS ready on $HOST_BRIDGE_IP:8181 (log: $LOGS/coredns.log)" \
-    curl -fsS "http://$HOST_BRIDGE_IP:8181/ready"
+  # A CoreDNS started from another Corefile (an older checkout's: other ports) is restarted;
+  # it reads its Corefile only when it starts.
+  if ! cmp -s "$COREDNS_DIR/Corefile.new" "$COREDNS_DIR/Corefile" && pid_alive coredns; then
+    log "Corefile changed: restarting CoreDNS"
+    stop_pid "$(cat "$PIDS/coredns.pid")"
+  fi
+  mv -f "$COREDNS_DIR/Corefile.new" "$COREDNS_DIR/Corefile"
+  # -pidfile under $RUN_ROOT: its command line names the site, so real-node-down and the e2e
+  # tier's leftover check find it even when the cluster dir is gone.
+  if ! pid_alive coredns; then
+    start_proc coredns "$coredns" -conf "$COREDNS_DIR/Corefile" -pidfile "$RUN_ROOT/coredns.pid"
+  fi
+  wait_until "CoreDNS ready on $HOST_BRIDGE_IP:$COREDNS_READY_PORT (log: $LOGS/coredns.log)" \
+    curl -fsS "http://$HOST_BRIDGE_IP:$COREDNS_READY_PORT/ready"
 }
 
 node_labels() {  # GKE spot CPU pool, plus kubegan.io/real-node=true

@@ -17,7 +17,8 @@
 # hack/load-images.sh (make load-images).
 #
 # Environment: KUBEGAN_NODE_IMAGE_STORE (default ~/.cache/kubegan/node-image-store),
-# KUBEGAN_IMAGE_CACHE as for hack/load-images.sh.
+# KUBEGAN_IMAGE_CACHE as for hack/load-images.sh. One store serves every site
+# (KUBEGAN_REAL_SITE): it holds images only, never a running node's state.
 set -Eeuo pipefail
 trap 'echo "seed-node-images.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -33,9 +34,12 @@ die() { printf '[seed-node-images] ERROR: %s\n' "$*" >&2; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || die "needs root (containerd)"
 command -v containerd >/dev/null || die "containerd is missing; run make node-binaries"
-mkdir -p "$NODE_IMAGE_STORE/root" "$RUN_DIR"
+mkdir -p "$NODE_IMAGE_STORE/root"
 exec 9>"$NODE_IMAGE_STORE.lock"
 flock 9   # one writer; real-node-up takes it shared while it copies
+# Made under the lock: a seeder that held it before us (another site's tier, a second shell)
+# removes the directory when it ends.
+mkdir -p "$RUN_DIR"
 
 image_containerd_config "$NODE_IMAGE_STORE/root" "$RUN_DIR/state" "$SOCK" "$RUN_DIR/opt" >"$RUN_DIR/config.toml"
 
