@@ -43,3 +43,21 @@ def test_torn_tensorflow_checkpoint_falls_back_like_a_pytorch_one(
     assert (ckpts / "corrupt" / "ckpt-000002-00000000" / "manifest.json").is_file()
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1, 2, 3]
+
+
+@pytest.mark.timeout(240)
+def test_a_tensorflow_manifest_of_the_wrong_shape_falls_back_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 22: a manifest that parses but is a list was AttributeError in the worker."""
+    assert trainer(tf_config("dcgan", epochs=2, stepsPerEpoch=2), tmp_path).fit() == 0
+    ckpts = tmp_path / "checkpoints"
+    (ckpts / "ckpt-000002-00000000" / "manifest.json").write_text('[{"epoch": 2}]')
+    with caplog.at_level(logging.INFO, logger="kubegan_trainer"):
+        assert trainer(tf_config("dcgan", epochs=3, stepsPerEpoch=2), tmp_path).fit() == 0
+    assert (
+        "checkpoint ckpt-000002-00000000 is unreadable (manifest.json is malformed (expected a "
+        "JSON object, got a list)); falling back to ckpt-000001-00000000"
+    ) in caplog.text
+    assert "resumed from epoch 1" in caplog.text
+    assert (ckpts / "corrupt" / "ckpt-000002-00000000" / "manifest.json").is_file()
