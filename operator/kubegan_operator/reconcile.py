@@ -1,4 +1,5 @@
-"""One reconciliation of a GANTrainingJob as a pure function: observed state in, actions out.
+"""One reconciliation of a GANTrainingJob as a pure function: what a sync observed (a
+`JobSnapshot`) in, what to do (a `Decision`) out: the "decide" of observe -> decide -> apply.
 
 Level-based, so the operator may die at any point and pick up where it was: pods have fixed
 names (a second create is a harmless conflict), each gang generation carries an `attempt`
