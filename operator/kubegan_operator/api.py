@@ -31,6 +31,7 @@ from kubegan_trainer.config import (
     TrainerConfig,
     TrainingSpec,
 )
+from kubegan_trainer.contract import PEER_PORTS, WORKER_SUFFIX
 from pydantic import Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -46,8 +47,6 @@ SHORT_NAMES = ["ganjob", "ganjobs"]
 
 MAX_WORKERS = 1000
 MAX_TPU_CHIPS = 4 * MAX_WORKERS  # multi-host slices have 4 chips per host
-PEER_PORTS = (2222, 8471, 29500)  # TensorFlow, TPU, PyTorch: see kubegan_trainer.cluster_env
-WORKER_SUFFIX = "-worker-"
 # The longest name for which `<name>-worker-<MAX_WORKERS-1>` is still a 63-character DNS label
 # (the pod's hostname).
 MAX_NAME_LENGTH = 63 - len(WORKER_SUFFIX) - len(str(MAX_WORKERS - 1))
@@ -362,8 +361,9 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
     ),
     CrossFieldRule(
         ".monitoring.metricsPort",
-        "metricsPort must differ from the workers' peer ports 2222, 8471 and 29500",
-        "!(self.monitoring.metricsPort in [2222, 8471, 29500])",
+        "metricsPort must differ from the workers' peer ports "
+        f"{', '.join(map(str, PEER_PORTS[:-1]))} and {PEER_PORTS[-1]}",
+        f"!(self.monitoring.metricsPort in [{', '.join(map(str, PEER_PORTS))}])",
         lambda s: s.monitoring.metrics_port not in PEER_PORTS,
     ),
     CrossFieldRule(

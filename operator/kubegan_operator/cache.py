@@ -27,11 +27,11 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from kubegan_operator.names import JOB_NAME_LABEL
+from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
+
 from kubegan_operator.replan import PinnedWorker, unbindable
 from kubegan_operator.timeutil import parse_time
 from kubegan_operator.topology import (
-    PLANNED_NODE_ANNOTATION,
     Inventory,
     NodeInfo,
     PodUsage,

@@ -27,13 +27,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubegan_trainer.contract import JOB_NAME_LABEL
 from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator import cache, heap, metrics
 from kubegan_operator.api import GROUP, PLURAL, VERSION, Phase
 from kubegan_operator.apply import Applier
 from kubegan_operator.leader import lost_leadership
-from kubegan_operator.names import JOB_NAME_LABEL
 from kubegan_operator.observe import Observer
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.progress import ProgressReader

@@ -7,43 +7,42 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from kubegan_trainer import contract
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kubegan_operator.api import Phase
 from kubegan_operator.cost import dollars_now
 
 REGISTRY = CollectorRegistry()
-JOB_LABELS = ("ganjob", "namespace")
+JOB_LABELS = (contract.JOB_LABEL, contract.NAMESPACE_LABEL)
 
-JOBS = Gauge("kubegan_jobs", "GANTrainingJobs by phase", ["phase"], registry=REGISTRY)
+JOBS = Gauge(contract.JOBS, "GANTrainingJobs by phase", ["phase"], registry=REGISTRY)
 # Gauges mirror the counters kept in job status, so an operator restart does not reset them.
-COST = Gauge(
-    "kubegan_job_cost_dollars_total", "Accrued cost of a job in USD", JOB_LABELS, registry=REGISTRY
-)
+COST = Gauge(contract.JOB_COST, "Accrued cost of a job in USD", JOB_LABELS, registry=REGISTRY)
 COST_RATE = Gauge(
-    "kubegan_job_cost_rate_dollars_per_hour",
+    contract.JOB_COST_RATE,
     "Current cost rate of a job in USD per hour",
     JOB_LABELS,
     registry=REGISTRY,
 )
 PREEMPTIONS = Gauge(
-    "kubegan_job_preemptions_total",
+    contract.JOB_PREEMPTIONS,
     "Infrastructure disruptions of a job",
     JOB_LABELS,
     registry=REGISTRY,
 )
 RESTARTS = Gauge(
-    "kubegan_job_restarts_total", "Application failures of a job", JOB_LABELS, registry=REGISTRY
+    contract.JOB_RESTARTS, "Application failures of a job", JOB_LABELS, registry=REGISTRY
 )
 TIME_TO_RUNNING = Histogram(
-    "kubegan_job_time_to_running_seconds",
+    contract.JOB_TIME_TO_RUNNING,
     "From creating a gang to all its workers running",
     JOB_LABELS,
     buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
     registry=REGISTRY,
 )
 RECONCILE = Histogram(
-    "kubegan_reconcile_duration_seconds",
+    contract.RECONCILE_DURATION,
     "Time to reconcile one job",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
     registry=REGISTRY,
@@ -51,19 +50,19 @@ RECONCILE = Histogram(
 
 # Per job, so a test or a person can see that an event (a node heartbeat, say) reconciled
 # nothing; the job labels are bounded (one series per job, as the cost gauges).
-RECONCILES = Counter("kubegan_reconciles", "Reconciles of one job", JOB_LABELS, registry=REGISTRY)
+RECONCILES = Counter(contract.RECONCILES, "Reconciles of one job", JOB_LABELS, registry=REGISTRY)
 LEADER = Gauge(
-    "kubegan_operator_leader",
+    contract.OPERATOR_LEADER,
     "1 while this replica holds the leader Lease (or runs without leader election)",
     registry=REGISTRY,
 )
-QUEUE = Gauge("kubegan_work_queue_depth", "Jobs queued for a reconcile", registry=REGISTRY)
+QUEUE = Gauge(contract.WORK_QUEUE_DEPTH, "Jobs queued for a reconcile", registry=REGISTRY)
 
 
 def observe_job(namespace: str, name: str, status: Mapping[str, Any], now: datetime) -> None:
     """The job's gauges as of `now`: its cost includes the open accrual interval, which the
     status's own figure trails by up to an accrual period."""
-    labels = {"ganjob": name, "namespace": namespace}
+    labels = dict(zip(JOB_LABELS, (name, namespace), strict=True))
     cost = status.get("cost") or {}
     COST.labels(**labels).set(dollars_now(status, now))
     COST_RATE.labels(**labels).set(

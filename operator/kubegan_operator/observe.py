@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from kubegan_trainer.contract import config_map_name, service_name
+
 from kubegan_operator import cache
 from kubegan_operator.api import GANTrainingJobSpec, Phase
-from kubegan_operator.names import config_map_name, service_name
 from kubegan_operator.planner import Plan, plan
 from kubegan_operator.pricing import PriceTable
 from kubegan_operator.progress import ProgressReader

@@ -8,13 +8,18 @@ exit (143); any other non-zero exit is an application failure and counts toward
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kubegan_operator.names import CONTAINER_NAME, WORKER_INDEX_LABEL
+from kubegan_trainer.contract import (
+    CONTAINER_NAME,
+    EXIT_INTERRUPTED,
+    EXIT_MEANINGS,
+    WORKER_INDEX_LABEL,
+    parse_termination_message,
+)
 
 # Pod status reasons set by the kubelet or node lifecycle when the node, not the code, ended it.
 DISRUPTION_REASONS = frozenset(
@@ -27,8 +32,7 @@ DISRUPTION_REASONS = frozenset(
 # agree to stop at one step and checkpoint there). Something outside the code stopped it; on
 # a spot reclaim the kubelet marks the reclaimed pod only after its containers are gone, so
 # the peers' 143 is often the first news of the reclaim and must not count as a failure.
-INTERRUPTED_EXIT = 143
-INTERRUPTED_DETAIL = "exit code 143: stopped by SIGTERM after checkpointing"
+INTERRUPTED_DETAIL = f"exit code {EXIT_INTERRUPTED}: {EXIT_MEANINGS[EXIT_INTERRUPTED]}"
 
 
 class Outcome(StrEnum):
@@ -65,25 +69,14 @@ def exit_code(pod: Mapping[str, Any]) -> int | None:
     return int(code) if code is not None else None
 
 
-# The kubelet keeps at most 4 KiB of a termination message; anything longer is not ours.
-TERMINATION_MESSAGE_MAX = 4096
-
-
 def exit_checkpoint(pod: Mapping[str, Any]) -> tuple[int, int, str] | None:
     """(epochs done, steps into the next, finishedAt) of the checkpoint an ended trainer
-    named in its termination message (kubegan_trainer.termination), if it named one."""
+    named in its termination message (the contract's schema), if it named one."""
     terminated = _terminated(pod)
-    message = terminated.get("message")
-    if not isinstance(message, str) or len(message) > TERMINATION_MESSAGE_MAX:
-        return None
-    try:
-        ckpt = json.loads(message).get("checkpoint")
-        epoch, step = ckpt["epoch"], ckpt["step"]
-    except (ValueError, AttributeError, TypeError, KeyError):
-        return None  # not JSON from the trainer: a crash's last output, say
-    if not all(type(v) is int and 0 <= v < 2**31 for v in (epoch, step)):
-        return None
-    return epoch, step, str(terminated.get("finishedAt") or "")
+    position = parse_termination_message(terminated.get("message"))
+    if position is None:
+        return None  # not the trainer's message: a crash's last output, say
+    return *position, str(terminated.get("finishedAt") or "")
 
 
 def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerState:
@@ -144,7 +137,7 @@ def _failure(
     if node and node not in node_ready:
         return Outcome.disruption, f"node {node} is gone"
     code = exit_code(pod)
-    if code == INTERRUPTED_EXIT:
+    if code == EXIT_INTERRUPTED:
         return Outcome.disruption, INTERRUPTED_DETAIL
     if code is not None:
         return Outcome.app_failure, f"exit code {code}"

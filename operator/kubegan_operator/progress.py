@@ -12,9 +12,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubegan_trainer.contract import (
+    CHECKPOINT_EPOCH,
+    CHECKPOINT_STEP,
+    CHECKPOINT_TIMESTAMP,
+    EPOCH,
+    EPOCH_DURATION,
+    METRICS_PORT,
+    worker_name,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubegan_operator.names import worker_name
+EPOCH_SECONDS_SUM = f"{EPOCH_DURATION}_sum"
+EPOCH_SECONDS_COUNT = f"{EPOCH_DURATION}_count"
 
 JobKey = tuple[str, str]  # (namespace, name), as cache.JobKey
 
@@ -39,28 +49,27 @@ class ProgressUpdate:
 
 def parse_trainer_metrics(text: str) -> TrainerProgress | None:
     wanted = {
-        "kubegan_epoch", "kubegan_epoch_duration_seconds_sum",
-        "kubegan_epoch_duration_seconds_count", "kubegan_checkpoint_epoch",
-        "kubegan_checkpoint_step", "kubegan_checkpoint_timestamp_seconds",
+        EPOCH, EPOCH_SECONDS_SUM, EPOCH_SECONDS_COUNT,
+        CHECKPOINT_EPOCH, CHECKPOINT_STEP, CHECKPOINT_TIMESTAMP,
     }  # fmt: skip
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in wanted:
                 values[sample.name] = sample.value
-    if "kubegan_epoch" not in values:
+    if EPOCH not in values:
         return None
     checkpoint = None
-    if values.get("kubegan_checkpoint_timestamp_seconds"):
+    if values.get(CHECKPOINT_TIMESTAMP):
         checkpoint = (
-            int(values.get("kubegan_checkpoint_epoch", 0)),
-            int(values.get("kubegan_checkpoint_step", 0)),
-            values["kubegan_checkpoint_timestamp_seconds"],
+            int(values.get(CHECKPOINT_EPOCH, 0)),
+            int(values.get(CHECKPOINT_STEP, 0)),
+            values[CHECKPOINT_TIMESTAMP],
         )
     return TrainerProgress(
-        int(values["kubegan_epoch"]),
-        values.get("kubegan_epoch_duration_seconds_sum", 0.0),
-        int(values.get("kubegan_epoch_duration_seconds_count", 0)),
+        int(values[EPOCH]),
+        values.get(EPOCH_SECONDS_SUM, 0.0),
+        int(values.get(EPOCH_SECONDS_COUNT, 0)),
         checkpoint,
     )
 
@@ -128,7 +137,7 @@ class ProgressReader:
         ip = ((worker0 or {}).get("status") or {}).get("podIP")
         if not ip:  # the pod event that brings its IP brings the job back
             return None
-        port = ((job.get("spec") or {}).get("monitoring") or {}).get("metricsPort", 9090)
+        port = ((job.get("spec") or {}).get("monitoring") or {}).get("metricsPort", METRICS_PORT)
         now = self._fetch(ip, int(port))
         # A failed read waits its interval too (a busy worker is not asked again at once),
         # and keeps the last reading for the next epoch-time difference.

@@ -23,6 +23,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+from kubegan_trainer.contract import ATTEMPT_LABEL, worker_name
 from pydantic import ValidationError
 
 from kubegan_operator.api import (
@@ -39,7 +40,6 @@ from kubegan_operator.api import (
 )
 from kubegan_operator.cost import accrued
 from kubegan_operator.loading import validation_problems
-from kubegan_operator.names import ATTEMPT_LABEL, worker_name
 from kubegan_operator.planner import Plan
 from kubegan_operator.podstate import Outcome, WorkerState, classify, exit_checkpoint, is_gated
 from kubegan_operator.progress import ProgressUpdate

@@ -10,36 +10,41 @@ import json
 import os
 from typing import Any
 
-from kubegan_trainer.cluster_env import (
+from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env
+from kubegan_trainer.config import Framework
+
+# Label keys, names, paths and ports are the contract's; callers also find JOB_NAME_LABEL here.
+from kubegan_trainer.contract import (
+    ATTEMPT_LABEL,
     CHECKPOINT_ROOT,
+    CHECKPOINT_SUBDIR,
+    CONFIG_DIR,
+    CONFIG_FILE,
     CONFIG_PATH,
+    CONTAINER_NAME,
+    DATA_ROOT,
+    ENV_TRAINER_IMAGE_TF,
+    ENV_TRAINER_IMAGE_TORCH,
+    GANG_GATE,
+    JOB_NAME_LABEL,
+    PLANNED_NODE_ANNOTATION,
+    PLANNED_NODES_ANNOTATION,
+    STRATEGY_ANNOTATION,
     TF_WORKER_PORT,
     TORCH_MASTER_PORT,
     TPU_WORKER_PORT,
-    WorkerTopology,
-    build_worker_env,
-)
-from kubegan_trainer.config import Framework
-
-from kubegan_operator import __version__
-from kubegan_operator.api import API_VERSION, KIND, GANTrainingJob, SpotPolicy
-
-# Label keys and names live in names.py; callers also find JOB_NAME_LABEL here.
-from kubegan_operator.names import (
-    ATTEMPT_LABEL,
-    CONTAINER_NAME,
-    GANG_GATE,
-    JOB_NAME_LABEL,
     WORKER_INDEX_LABEL,
     config_map_name,
     service_name,
     worker_name,
 )
+
+from kubegan_operator import __version__
+from kubegan_operator.api import API_VERSION, KIND, GANTrainingJob, SpotPolicy
 from kubegan_operator.planner import Plan, job_tolerations
 from kubegan_operator.topology import (
     GPU_RESOURCE,
     HOSTNAME_LABEL,
-    PLANNED_NODE_ANNOTATION,
     SPOT_LABELS,
     TPU_ACCELERATOR_LABEL,
     TPU_RESOURCE,
@@ -50,9 +55,9 @@ RUN_AS_USER = 1000
 TERMINATION_GRACE_SECONDS = 60
 # The Helm chart's trainerImages reach the operator as these variables (charts/kubegan).
 DEFAULT_IMAGES = {
-    Framework.pytorch: os.environ.get("KUBEGAN_TRAINER_IMAGE_TORCH")
+    Framework.pytorch: os.environ.get(ENV_TRAINER_IMAGE_TORCH)
     or f"ghcr.io/kubegan/trainer-torch:{__version__}",
-    Framework.tensorflow: os.environ.get("KUBEGAN_TRAINER_IMAGE_TF")
+    Framework.tensorflow: os.environ.get(ENV_TRAINER_IMAGE_TF)
     or f"ghcr.io/kubegan/trainer-tf:{__version__}",
 }
 
@@ -127,7 +132,7 @@ def render_config_map(job: GANTrainingJob, uid: str | None = None) -> dict[str, 
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(job, config_map_name(job.metadata.name), uid),
-        "data": {"config.json": json.dumps(config, indent=2, sort_keys=True) + "\n"},
+        "data": {CONFIG_FILE: json.dumps(config, indent=2, sort_keys=True) + "\n"},
     }
 
 
@@ -207,7 +212,7 @@ def worker_env(
             index=index,
             gpus_per_worker=plan.gpus_per_worker,
             config_path=CONFIG_PATH,
-            checkpoint_dir=f"{output_dir}/checkpoints",
+            checkpoint_dir=f"{output_dir}/{CHECKPOINT_SUBDIR}",
             output_dir=output_dir,
             metrics_port=spec.monitoring.metrics_port,
             cost_rate_per_hour=plan.cost_per_hour
@@ -252,7 +257,7 @@ def worker_volumes(job: GANTrainingJob) -> tuple[list[dict[str, Any]], list[dict
         },
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": "/etc/kubegan", "readOnly": True},
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "checkpoints", "mountPath": CHECKPOINT_ROOT},
@@ -264,7 +269,7 @@ def worker_volumes(job: GANTrainingJob) -> tuple[list[dict[str, Any]], list[dict
                 "persistentVolumeClaim": {"claimName": spec.data.claim_name, "readOnly": True},
             }
         )
-        mounts.append({"name": "data", "mountPath": "/data", "readOnly": True})
+        mounts.append({"name": "data", "mountPath": DATA_ROOT, "readOnly": True})
     return volumes, mounts
 
 
@@ -330,8 +335,8 @@ def worker_metadata(
     meta["annotations"] = {
         # Where the planner put this worker: other jobs' plans count it there until it binds.
         PLANNED_NODE_ANNOTATION: _planned_node(plan, index) or "",
-        "kubegan.io/planned-nodes": ",".join(plan.nodes),
-        "kubegan.io/strategy": plan.strategy,
+        PLANNED_NODES_ANNOTATION: ",".join(plan.nodes),
+        STRATEGY_ANNOTATION: plan.strategy,
     }
     return meta
 

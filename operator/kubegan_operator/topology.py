@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -26,7 +27,6 @@ POOL_LABELS = ("cloud.google.com/gke-nodepool", "kubernetes.azure.com/agentpool"
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-PLANNED_NODE_ANNOTATION = "kubegan.io/planned-node"  # set on worker pods by render
 
 # label -> value that marks a spot/preemptible node
 SPOT_LABELS: dict[str, str] = {
@@ -298,7 +298,7 @@ def pod_usage(raw: Mapping[str, Any], index: int = 0) -> PodUsage | str | None:
         meta.namespace,
         meta.name,
         node_name,
-        (meta.labels or {}).get("kubegan.io/job-name"),
+        (meta.labels or {}).get(JOB_NAME_LABEL),
         req,
         bound=bool(spec.node_name),
     )

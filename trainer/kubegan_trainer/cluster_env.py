@@ -1,5 +1,5 @@
-"""The worker environment contract (DESIGN §4), written by the operator and `kubegan run`,
-read by the trainer. One module so both sides cannot drift apart.
+"""The worker environment (DESIGN §4), built by the operator and `kubegan run`, parsed by
+the trainer. The variables' names are the contract's (kubegan_trainer.contract).
 """
 
 from __future__ import annotations
@@ -9,11 +9,33 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-CONFIG_PATH = "/etc/kubegan/config.json"
-CHECKPOINT_ROOT = "/checkpoints"
-TF_WORKER_PORT = 2222
-TORCH_MASTER_PORT = 29500
-TPU_WORKER_PORT = 8471
+from kubegan_trainer.contract import (
+    CHECKPOINT_ROOT,
+    CHECKPOINT_SUBDIR,
+    CONFIG_PATH,
+    DEFAULT_JOB_NAME,
+    DEFAULT_NAMESPACE,
+    ENV_CHECKPOINT_DIR,
+    ENV_CONFIG,
+    ENV_COST_RATE_PER_HOUR,
+    ENV_JOB_NAME,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_METRICS_ADDR,
+    ENV_METRICS_PORT,
+    ENV_NAMESPACE,
+    ENV_NNODES,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_NUM_WORKERS,
+    ENV_OUTPUT_DIR,
+    ENV_TF_CONFIG,
+    ENV_TPU_WORKER_HOSTNAMES,
+    ENV_TPU_WORKER_ID,
+    ENV_WORKER_INDEX,
+    METRICS_ADDR,
+    METRICS_PORT,
+)
 
 
 @dataclass(frozen=True)
@@ -37,21 +59,21 @@ class WorkerTopology:
 def build_worker_env(t: WorkerTopology) -> dict[str, str]:
     """Environment variables for worker `t.index`, in a stable order."""
     env = {
-        "KUBEGAN_JOB_NAME": t.job_name,
-        "KUBEGAN_NAMESPACE": t.namespace,
-        "KUBEGAN_WORKER_INDEX": str(t.index),
-        "KUBEGAN_NUM_WORKERS": str(len(t.hosts)),
-        "KUBEGAN_CONFIG": t.config_path,
-        "KUBEGAN_CHECKPOINT_DIR": t.checkpoint_dir,
-        "KUBEGAN_OUTPUT_DIR": t.output_dir,
-        "KUBEGAN_METRICS_PORT": str(t.metrics_port),
-        "KUBEGAN_COST_RATE_PER_HOUR": f"{t.cost_rate_per_hour:.6g}",
+        ENV_JOB_NAME: t.job_name,
+        ENV_NAMESPACE: t.namespace,
+        ENV_WORKER_INDEX: str(t.index),
+        ENV_NUM_WORKERS: str(len(t.hosts)),
+        ENV_CONFIG: t.config_path,
+        ENV_CHECKPOINT_DIR: t.checkpoint_dir,
+        ENV_OUTPUT_DIR: t.output_dir,
+        ENV_METRICS_PORT: str(t.metrics_port),
+        ENV_COST_RATE_PER_HOUR: f"{t.cost_rate_per_hour:.6g}",
     }
     if t.tpu:
-        env["TPU_WORKER_ID"] = str(t.index)
-        env["TPU_WORKER_HOSTNAMES"] = ",".join(h.rsplit(":", 1)[0] for h in t.hosts)
+        env[ENV_TPU_WORKER_ID] = str(t.index)
+        env[ENV_TPU_WORKER_HOSTNAMES] = ",".join(h.rsplit(":", 1)[0] for h in t.hosts)
     elif t.framework == "tensorflow":
-        env["TF_CONFIG"] = json.dumps(
+        env[ENV_TF_CONFIG] = json.dumps(
             {"cluster": {"worker": list(t.hosts)}, "task": {"type": "worker", "index": t.index}},
             separators=(",", ":"),
         )
@@ -59,11 +81,11 @@ def build_worker_env(t: WorkerTopology) -> dict[str, str]:
         master_host, master_port = t.hosts[0].rsplit(":", 1)
         env.update(
             {
-                "MASTER_ADDR": master_host,
-                "MASTER_PORT": master_port,
-                "NNODES": str(len(t.hosts)),
-                "NODE_RANK": str(t.index),
-                "NPROC_PER_NODE": str(max(1, t.gpus_per_worker)),
+                ENV_MASTER_ADDR: master_host,
+                ENV_MASTER_PORT: master_port,
+                ENV_NNODES: str(len(t.hosts)),
+                ENV_NODE_RANK: str(t.index),
+                ENV_NPROC_PER_NODE: str(max(1, t.gpus_per_worker)),
             }
         )
     return env
@@ -91,7 +113,7 @@ class ClusterEnv:
     tpu_worker_id: int | None
     tpu_worker_hostnames: tuple[str, ...]
     # All interfaces in a pod (the operator scrapes it); `kubegan run` sets 127.0.0.1.
-    metrics_addr: str = "0.0.0.0"
+    metrics_addr: str = METRICS_ADDR
 
     @property
     def world_size(self) -> int:
@@ -123,33 +145,33 @@ class ClusterEnv:
                 raise ValueError(f"{name}: expected a number, got {raw!r}") from None
 
         tf_config = None
-        if "TF_CONFIG" in e:
+        if ENV_TF_CONFIG in e:
             try:
-                tf_config = json.loads(e["TF_CONFIG"])
+                tf_config = json.loads(e[ENV_TF_CONFIG])
             except json.JSONDecodeError as err:
-                raise ValueError(f"TF_CONFIG: not valid JSON ({err.msg})") from None
-        hostnames = tuple(h for h in e.get("TPU_WORKER_HOSTNAMES", "").split(",") if h)
-        index = get_int("KUBEGAN_WORKER_INDEX", "0")
-        checkpoint_dir = get("KUBEGAN_CHECKPOINT_DIR", f"{CHECKPOINT_ROOT}/checkpoints")
+                raise ValueError(f"{ENV_TF_CONFIG}: not valid JSON ({err.msg})") from None
+        hostnames = tuple(h for h in e.get(ENV_TPU_WORKER_HOSTNAMES, "").split(",") if h)
+        index = get_int(ENV_WORKER_INDEX, "0")
+        checkpoint_dir = get(ENV_CHECKPOINT_DIR, f"{CHECKPOINT_ROOT}/{CHECKPOINT_SUBDIR}")
         return cls(
-            job_name=get("KUBEGAN_JOB_NAME", "kubegan"),
-            namespace=get("KUBEGAN_NAMESPACE", "default"),
+            job_name=get(ENV_JOB_NAME, DEFAULT_JOB_NAME),
+            namespace=get(ENV_NAMESPACE, DEFAULT_NAMESPACE),
             worker_index=index,
-            num_workers=get_int("KUBEGAN_NUM_WORKERS", "1"),
-            config_path=get("KUBEGAN_CONFIG", CONFIG_PATH),
+            num_workers=get_int(ENV_NUM_WORKERS, "1"),
+            config_path=get(ENV_CONFIG, CONFIG_PATH),
             checkpoint_dir=checkpoint_dir,
-            output_dir=get("KUBEGAN_OUTPUT_DIR", os.path.dirname(checkpoint_dir) or "."),
-            metrics_port=get_int("KUBEGAN_METRICS_PORT", "9090"),
-            cost_rate_per_hour=get_float("KUBEGAN_COST_RATE_PER_HOUR", "0"),
+            output_dir=get(ENV_OUTPUT_DIR, os.path.dirname(checkpoint_dir) or "."),
+            metrics_port=get_int(ENV_METRICS_PORT, str(METRICS_PORT)),
+            cost_rate_per_hour=get_float(ENV_COST_RATE_PER_HOUR, "0"),
             tf_config=tf_config,
-            master_addr=e.get("MASTER_ADDR"),
-            master_port=get_int("MASTER_PORT") if "MASTER_PORT" in e else None,
-            nnodes=get_int("NNODES", "1"),
-            node_rank=get_int("NODE_RANK", str(index)),
-            nproc_per_node=get_int("NPROC_PER_NODE", "1"),
-            tpu_worker_id=get_int("TPU_WORKER_ID") if "TPU_WORKER_ID" in e else None,
+            master_addr=e.get(ENV_MASTER_ADDR),
+            master_port=get_int(ENV_MASTER_PORT) if ENV_MASTER_PORT in e else None,
+            nnodes=get_int(ENV_NNODES, "1"),
+            node_rank=get_int(ENV_NODE_RANK, str(index)),
+            nproc_per_node=get_int(ENV_NPROC_PER_NODE, "1"),
+            tpu_worker_id=get_int(ENV_TPU_WORKER_ID) if ENV_TPU_WORKER_ID in e else None,
             tpu_worker_hostnames=hostnames,
-            metrics_addr=get("KUBEGAN_METRICS_ADDR", "0.0.0.0"),
+            metrics_addr=get(ENV_METRICS_ADDR, METRICS_ADDR),
         )
 
 

@@ -1,0 +1,230 @@
+"""What the operator and the trainer share, in one place (DESIGN §4, §5, §6, §9).
+
+The operator writes these and the trainer reads them (or the other way round): the worker
+environment's variable names, the paths and ports of a worker pod, the metric names, the
+exit codes and what each means, the termination message, the names of a job's objects and
+the label and annotation keys on them. Neither side, nor any test, writes one of them as a
+literal; `tests/unit/test_contract.py` greps for that.
+
+Standard library only: the operator imports this without torch, tensorflow or pydantic
+doing anything for it, and the trainer never imports the operator.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# ---- the worker environment (DESIGN §4) ---------------------------------------------------
+
+ENV_JOB_NAME = "KUBEGAN_JOB_NAME"
+ENV_NAMESPACE = "KUBEGAN_NAMESPACE"
+ENV_WORKER_INDEX = "KUBEGAN_WORKER_INDEX"
+ENV_NUM_WORKERS = "KUBEGAN_NUM_WORKERS"
+ENV_CONFIG = "KUBEGAN_CONFIG"
+ENV_CHECKPOINT_DIR = "KUBEGAN_CHECKPOINT_DIR"
+ENV_OUTPUT_DIR = "KUBEGAN_OUTPUT_DIR"
+ENV_METRICS_PORT = "KUBEGAN_METRICS_PORT"
+ENV_COST_RATE_PER_HOUR = "KUBEGAN_COST_RATE_PER_HOUR"  # the job's USD per hour
+# Where rank 0 serves metrics: every interface in a pod (the operator scrapes it);
+# `kubegan run` sets loopback.
+ENV_METRICS_ADDR = "KUBEGAN_METRICS_ADDR"
+# Where the trainer writes its termination message (tests point it elsewhere).
+ENV_TERMINATION_LOG = "KUBEGAN_TERMINATION_LOG"
+# TensorFlow only: split the CPU into N logical devices (MirroredStrategy without GPUs).
+ENV_TF_LOGICAL_CPUS = "KUBEGAN_TF_LOGICAL_CPUS"
+# The Helm chart's trainerImages reach the operator as these.
+ENV_TRAINER_IMAGE_TORCH = "KUBEGAN_TRAINER_IMAGE_TORCH"
+ENV_TRAINER_IMAGE_TF = "KUBEGAN_TRAINER_IMAGE_TF"
+
+# The frameworks' own variables, as the operator and `kubegan run` set them.
+ENV_TF_CONFIG = "TF_CONFIG"
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_NNODES = "NNODES"
+ENV_NODE_RANK = "NODE_RANK"
+ENV_NPROC_PER_NODE = "NPROC_PER_NODE"
+ENV_TPU_WORKER_ID = "TPU_WORKER_ID"
+ENV_TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
+
+# What the trainer assumes when a variable is unset (a container started by hand).
+DEFAULT_JOB_NAME = "kubegan"
+DEFAULT_NAMESPACE = "default"
+
+# ---- paths in a worker pod ----------------------------------------------------------------
+
+CONFIG_DIR = "/etc/kubegan"  # the job's ConfigMap, mounted read-only
+CONFIG_FILE = "config.json"  # the ConfigMap's key, and so the file's name
+CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_FILE}"
+CHECKPOINT_ROOT = "/checkpoints"  # spec.checkpoint.claimName (or an emptyDir)
+DATA_ROOT = "/data"  # spec.data.claimName, read-only
+CHECKPOINT_SUBDIR = "checkpoints"  # <output>/checkpoints, in a pod and in `kubegan run`
+TERMINATION_LOG_PATH = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
+
+# ---- ports --------------------------------------------------------------------------------
+
+TF_WORKER_PORT = 2222
+TPU_WORKER_PORT = 8471
+TORCH_MASTER_PORT = 29500  # the rendezvous port on worker 0
+PEER_PORTS = (TF_WORKER_PORT, TPU_WORKER_PORT, TORCH_MASTER_PORT)
+METRICS_PORT = 9090  # spec.monitoring.metricsPort's default
+METRICS_ADDR = "0.0.0.0"  # a pod's metrics are scraped from outside it
+LOCAL_ADDR = "127.0.0.1"  # `kubegan run`: workers and metrics on loopback only
+
+# ---- metric names (DESIGN §6) -------------------------------------------------------------
+
+# Trainer, rank 0, on ENV_METRICS_PORT.
+EPOCH_DURATION = "kubegan_epoch_duration_seconds"  # histogram
+EPOCH = "kubegan_epoch"  # last finished epoch, 1-based
+STEP_DURATION = "kubegan_step_duration_seconds"  # histogram
+SAMPLES_PER_SECOND = "kubegan_samples_per_second"
+GENERATOR_LOSS = "kubegan_generator_loss"
+DISCRIMINATOR_LOSS = "kubegan_discriminator_loss"
+EPOCH_COST = "kubegan_epoch_cost_dollars"
+CHECKPOINT_DURATION = "kubegan_checkpoint_duration_seconds"  # histogram
+# Beyond §6: where the latest checkpoint resumes, for status.lastCheckpoint.
+CHECKPOINT_EPOCH = "kubegan_checkpoint_epoch"
+CHECKPOINT_STEP = "kubegan_checkpoint_step"
+CHECKPOINT_TIMESTAMP = "kubegan_checkpoint_timestamp_seconds"
+QUALITY = "kubegan_quality"  # issue 14: one series per quality metric (label `metric`)
+
+TRAINER_METRICS = (
+    EPOCH_DURATION,
+    EPOCH,
+    STEP_DURATION,
+    SAMPLES_PER_SECOND,
+    GENERATOR_LOSS,
+    DISCRIMINATOR_LOSS,
+    EPOCH_COST,
+    CHECKPOINT_DURATION,
+    CHECKPOINT_EPOCH,
+    CHECKPOINT_STEP,
+    CHECKPOINT_TIMESTAMP,
+    QUALITY,
+)
+
+# Operator.
+JOBS = "kubegan_jobs"  # gauge by phase
+JOB_COST = "kubegan_job_cost_dollars_total"
+JOB_COST_RATE = "kubegan_job_cost_rate_dollars_per_hour"
+JOB_PREEMPTIONS = "kubegan_job_preemptions_total"
+JOB_RESTARTS = "kubegan_job_restarts_total"
+JOB_TIME_TO_RUNNING = "kubegan_job_time_to_running_seconds"  # histogram
+RECONCILE_DURATION = "kubegan_reconcile_duration_seconds"  # histogram
+RECONCILES = "kubegan_reconciles"  # a counter: exposed as kubegan_reconciles_total
+OPERATOR_LEADER = "kubegan_operator_leader"
+WORK_QUEUE_DEPTH = "kubegan_work_queue_depth"
+
+OPERATOR_METRICS = (
+    JOBS,
+    JOB_COST,
+    JOB_COST_RATE,
+    JOB_PREEMPTIONS,
+    JOB_RESTARTS,
+    JOB_TIME_TO_RUNNING,
+    RECONCILE_DURATION,
+    RECONCILES,
+    OPERATOR_LEADER,
+    WORK_QUEUE_DEPTH,
+)
+
+# The series a histogram or counter exposes besides (or instead of) its own name.
+HISTOGRAMS = (
+    EPOCH_DURATION,
+    STEP_DURATION,
+    CHECKPOINT_DURATION,
+    JOB_TIME_TO_RUNNING,
+    RECONCILE_DURATION,
+)
+COUNTERS = (RECONCILES,)
+
+
+def exposed_series(name: str) -> tuple[str, ...]:
+    """The sample names Prometheus scrapes for metric `name`."""
+    if name in HISTOGRAMS:
+        return (f"{name}_bucket", f"{name}_sum", f"{name}_count")
+    if name in COUNTERS:
+        return (f"{name}_total", f"{name}_created")
+    return (name,)
+
+
+# Labels on every per-job series (bounded: never pods or steps; `job` is Prometheus's own).
+JOB_LABEL = "ganjob"
+NAMESPACE_LABEL = "namespace"
+
+# ---- exit codes (DESIGN §5, §9) -----------------------------------------------------------
+
+EXIT_OK = 0  # the last epoch is done
+EXIT_USER_ERROR = 2  # the job's input is wrong (config, data, checkpoints): a permanent failure
+EXIT_STOPPED = 130  # `kubegan run` stopped by Ctrl-C/SIGTERM/SIGHUP, checkpointed, resumable
+EXIT_INTERRUPTED = 143  # 128 + SIGTERM: stopped early after a checkpoint, resumable
+
+EXIT_MEANINGS = {
+    EXIT_OK: "finished",
+    EXIT_USER_ERROR: "the job's config, data or checkpoints are wrong; one line says which",
+    EXIT_STOPPED: "kubegan run was stopped; run it again to resume",
+    EXIT_INTERRUPTED: "stopped by SIGTERM after checkpointing",
+}
+
+
+# ---- the termination message (DESIGN §5) --------------------------------------------------
+#
+# The trainer writes it to ENV_TERMINATION_LOG (default TERMINATION_LOG_PATH) as it exits;
+# the kubelet copies it into the pod's `state.terminated.message`, where the operator reads
+# the checkpoint it names into status.lastCheckpoint. JSON:
+#     {"checkpoint": {"epoch": <epochs done>, "step": <steps into the next>, "time": <unix>}}
+
+TERMINATION_MESSAGE_MAX = 4096  # the kubelet keeps at most 4 KiB; anything longer is not ours
+_POSITION_LIMIT = 2**31
+
+
+def termination_message(epoch: int, step: int, time: float) -> str:
+    return json.dumps({"checkpoint": {"epoch": epoch, "step": step, "time": time}})
+
+
+def parse_termination_message(message: Any) -> tuple[int, int] | None:
+    """(epochs done, steps into the next) of the checkpoint a termination message names, or
+    None when it is not one the trainer wrote (a crash's last output, say)."""
+    if not isinstance(message, str) or len(message) > TERMINATION_MESSAGE_MAX:
+        return None
+    try:
+        checkpoint = json.loads(message).get("checkpoint")
+        epoch, step = checkpoint["epoch"], checkpoint["step"]
+    except (ValueError, AttributeError, TypeError, KeyError):
+        return None
+    if not all(type(v) is int and 0 <= v < _POSITION_LIMIT for v in (epoch, step)):
+        return None
+    return epoch, step
+
+
+# ---- a job's objects and the keys on them (DESIGN §4, §9) ---------------------------------
+
+WORKER_SUFFIX = "-worker-"
+CONFIG_MAP_SUFFIX = "-config"
+# The trainer container of a worker pod: the operator reads its exit code and message.
+CONTAINER_NAME = "trainer"
+
+JOB_NAME_LABEL = "kubegan.io/job-name"
+WORKER_INDEX_LABEL = "kubegan.io/worker-index"
+# Each gang generation carries its attempt, so pods of an earlier gang are told apart.
+ATTEMPT_LABEL = "kubegan.io/attempt"
+# The scheduling gate kubegan lifts once the whole gang exists (never another's gate).
+GANG_GATE = "kubegan.io/gang"
+# Where the planner put a worker: other jobs' plans count it there until it binds.
+PLANNED_NODE_ANNOTATION = "kubegan.io/planned-node"
+PLANNED_NODES_ANNOTATION = "kubegan.io/planned-nodes"
+STRATEGY_ANNOTATION = "kubegan.io/strategy"
+
+
+def worker_name(job_name: str, index: int) -> str:
+    """Worker `index`'s pod, and its hostname."""
+    return f"{job_name}{WORKER_SUFFIX}{index}"
+
+
+def service_name(job_name: str) -> str:
+    """The headless Service that gives workers their DNS names."""
+    return job_name
+
+
+def config_map_name(job_name: str) -> str:
+    return f"{job_name}{CONFIG_MAP_SUFFIX}"
