@@ -81,7 +81,10 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES)
 def test_manifests_validate_against_kubernetes_schemas(case: str) -> None:
-    for obj in rendered(*CASES[case]):
+    objs = rendered(*CASES[case])
+    # the Service, the ConfigMap and at least one worker: the loop below must validate them
+    assert {o["kind"] for o in objs} >= {"Service", "ConfigMap", "Pod"}
+    for obj in objs:
         kubernetes_validate.validate(obj, K8S_SCHEMA_VERSION, strict=True)
 
 
@@ -137,6 +140,7 @@ def test_only_a_gang_of_more_than_one_is_gated() -> None:
 
 def test_pods_identity_gang_and_scheduling() -> None:
     pods = by_kind(rendered(*CASES["gan3d"]), "Pod")
+    assert len(pods) == 4
     for i, p in enumerate(pods):
         spec = p["spec"]
         assert p["metadata"]["name"] == f"gan3d-v100-worker-{i}"
@@ -191,8 +195,10 @@ def test_pods_identity_gang_and_scheduling() -> None:
 
 
 def test_security_context() -> None:
+    checked = 0
     for case in CASES:
         for p in by_kind(rendered(*CASES[case]), "Pod"):
+            checked += 1
             spec = p["spec"]
             psc = spec["securityContext"]
             assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
@@ -209,10 +215,12 @@ def test_security_context() -> None:
             assert {"name": "config", "mountPath": "/etc/kubegan", "readOnly": True} in c[
                 "volumeMounts"
             ]
+    assert checked == sum(len(by_kind(rendered(*case), "Pod")) for case in CASES.values()) > 4
 
 
 def test_tensorflow_env() -> None:
     pods = by_kind(rendered(*CASES["gan3d"]), "Pod")
+    assert len(pods) == 4
     for i, p in enumerate(pods):
         env = env_of(p)
         assert env["KUBEGAN_JOB_NAME"] == "gan3d-v100"
@@ -254,6 +262,7 @@ def test_pytorch_env() -> None:
 
 def test_cpu_workers_have_no_gpu_request() -> None:
     pods = by_kind(rendered(*CASES["digits"]), "Pod")
+    assert len(pods) == 2
     for p in pods:
         c = p["spec"]["containers"][0]
         assert "nvidia.com/gpu" not in json.dumps(c["resources"])
