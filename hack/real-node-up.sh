@@ -556,6 +556,16 @@ node_ready() { [[ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.
 
 main() {
   preflight
+  local i sock
+  local -a indices=("$@")
+  if ((${#indices[@]} == 0)); then mapfile -t indices < <(seq 1 "$REAL_NODES"); fi
+  for i in "${indices[@]}"; do
+    [[ "$i" =~ ^[1-9][0-9]?$ ]] && ((i <= 50)) || die "node index '$i': must be 1..50"
+    # The kubelet makes unix sockets under its root dir (device-plugins/kubelet.sock is the
+    # longest path); past 107 bytes their bind fails and the node never gets Ready.
+    sock="$(node_dir "$i")/kubelet/device-plugins/kubelet.sock"
+    ((${#sock} <= 107)) || die "cluster dir $CLUSTER_DIR is too long for the kubelet's unix sockets ($sock: ${#sock} > 107 bytes); use a shorter KUBEGAN_CLUSTER_DIR"
+  done
   mkdir -p "$STATE_ROOT" "$LOGS" "$PIDS" "$RUN_ROOT"
   setup_host_network
   start_relay
@@ -564,12 +574,6 @@ main() {
   apply_cluster_services
   shared_volumes
   start_coredns
-  local i
-  local -a indices=("$@")
-  if ((${#indices[@]} == 0)); then mapfile -t indices < <(seq 1 "$REAL_NODES"); fi
-  for i in "${indices[@]}"; do
-    [[ "$i" =~ ^[1-9][0-9]?$ ]] && ((i <= 50)) || die "node index '$i': must be 1..50"
-  done
   for i in "${indices[@]}"; do start_node "$i"; done
   setup_pod_routes
   for i in "${indices[@]}"; do
