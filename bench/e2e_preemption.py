@@ -1,7 +1,8 @@
 """Spot preemption on real nodes, measured (issue 11). A benchmark, not a test.
 
 It brings up a control plane of its own with three real nodes (tests/e2e's `real_cluster_up`:
-free ports, removed afterwards), loads the images `make images` built, installs the chart with
+free ports, real-node site `e2e`, removed afterwards; so it runs beside a `make cluster-up`
+cluster, not beside the e2e tier), loads the images `make images` built, installs the chart with
 the local preset, and then `--runs` times:
 
 1. applies a 2-worker PyTorch DDP digits job (one worker per node; the third node is free),

@@ -4,17 +4,24 @@ the chart installed with them. Nothing is faked between `kubectl apply` and the 
 
 It needs root, `make node-binaries` and `make images` (`make test` does both). If any of it
 cannot start, the tests fail: no skips.
+
+Its real nodes are site `e2e` (KUBEGAN_REAL_SITE, hack/real-node-lib.sh): machine-wide names
+and addresses of their own, so the tier runs while a contributor's `make cluster-up` cluster
+(site `real`) is up, and checks only its own site for leftovers.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +35,94 @@ ROOT = Path(__file__).resolve().parents[2]
 HACK = ROOT / "hack"
 CHART = ROOT / "charts" / "kubegan"
 KWOK_NODES = ROOT / "tests" / "cluster" / "fixtures" / "nodes-gke-t4.yaml"
-REAL_NODES = ("kubegan-real-1", "kubegan-real-2")
+
+
+@dataclass(frozen=True)
+class Site:
+    """A real-node site's machine-wide names and addresses (KUBEGAN_REAL_SITE), as
+    hack/real-node-lib.sh's `print_site` gives them: one source for the scripts and the tests."""
+
+    names: dict[str, str]
+
+    def __getitem__(self, key: str) -> str:
+        return self.names[key]
+
+    @property
+    def name(self) -> str:
+        return self["SITE"]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What every hack script for this site's nodes runs with."""
+        return {"KUBEGAN_REAL_SITE": self.name}
+
+    def node(self, i: int) -> str:
+        return f"{self['NODE_PREFIX']}-{i}"
+
+    def resources(self, cluster_dir: Path | None = None) -> list[str]:
+        """Everything of this site's real nodes on the machine (and, given its cluster dir,
+        every mount and process under it): netns, links, routes, mounts, processes, the /run
+        dir, cgroups. Another site's are not looked at."""
+        found: list[str] = []
+        netns_re = re.compile(rf"{re.escape(self['NETNS_PREFIX'])}-\d+")
+        veth_re = re.compile(rf"{re.escape(self['VETH_PREFIX'])}-[hn]\d+")
+        nets = [ipaddress.ip_network(self[k]) for k in ("NODE_NETWORK", "POD_NETWORK")]
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+        found += [
+            f"netns {ln.split()[0]}"
+            for ln in netns.stdout.splitlines()
+            if netns_re.fullmatch(ln.split()[0])
+        ]
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=False)
+        for line in links.stdout.splitlines():
+            name = line.split(":")[1].strip().split("@")[0]
+            if name == self["HOST_BRIDGE"] or veth_re.fullmatch(name):
+                found.append(f"link {name}")
+        routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True, check=False)
+        for route in routes.stdout.splitlines():
+            dest = route.split()[0]
+            if dest != "default" and any(
+                ipaddress.ip_network(dest, strict=False).overlaps(n) for n in nets
+            ):
+                found.append(f"route {route}")
+        run_root = self["RUN_ROOT"]
+        markers = [f"{run_root}/", f"/{self['NODE_PREFIX']}-", self["RELAY_BIND"]]
+        if cluster_dir is not None:
+            markers.append(f"{cluster_dir}/")
+        mounts = Path("/proc/self/mountinfo").read_text()
+        for m in mounts.splitlines():
+            point = m.split()[4]
+            if point == run_root or any(mk in point + "/" for mk in markers):
+                found.append(f"mount {point}")
+        for pid_dir in Path("/proc").glob("[0-9]*"):
+            try:
+                raw = (pid_dir / "cmdline").read_bytes()
+            except OSError:
+                continue
+            cmdline = raw.replace(b"\0", b" ").decode(errors="replace")
+            if any(mk in cmdline for mk in markers):
+                found.append(f"process {pid_dir.name}: {cmdline[:120]}")
+        found += [f"path {run_root}"] if Path(run_root).exists() else []
+        found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob(f"*/{self['CGROUP_PARENT']}")]
+        return found
+
+
+@cache
+def site(name: str) -> Site:
+    script = 'REPO_ROOT="$1"; source "$1/hack/real-node-lib.sh" && print_site'
+    proc = subprocess.run(
+        ["bash", "-c", script, "print_site", str(ROOT)],
+        env={**os.environ, "KUBEGAN_REAL_SITE": name},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"site {name}: {proc.stderr}"
+    return Site(dict(ln.split("=", 1) for ln in proc.stdout.splitlines()))
+
+
+SITE = site("e2e")
+REAL_NODES = (SITE.node(1), SITE.node(2))
 REAL_NODE_SELECTOR = {"kubegan.io/real-node": "true"}
 BUSYBOX = "kubegan.local/busybox:1.35"
 # `make images` tags (hack/build-images.sh).
@@ -57,42 +151,10 @@ def run(cmd: list[str], env: dict[str, str], timeout: float = 900) -> str:
     return proc.stdout
 
 
-def leftovers() -> list[str]:
-    """Everything real-node-up creates on the machine that must be gone after real-node-down."""
-    found: list[str] = []
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
-    found += [f"netns {ln.split()[0]}" for ln in netns.stdout.splitlines() if ln.startswith("kg-")]
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=False)
-    for line in links.stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0]
-        if name == "kg-nodes" or name.startswith("kgn-"):
-            found.append(f"link {name}")
-    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=False)
-    found += [
-        f"route {r}" for r in routes.stdout.splitlines() if r.startswith(("10.245.", "10.246."))
-    ]
-    mounts = Path("/proc/self/mountinfo").read_text()
-    found += [
-        f"mount {m.split()[4]}"
-        for m in mounts.splitlines()
-        if "kubegan-real" in m or "real-nodes" in m
-    ]
-    for pid_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            raw = (pid_dir / "cmdline").read_bytes()
-        except OSError:
-            continue
-        cmdline = raw.replace(b"\0", b" ").decode(errors="replace")
-        if (
-            "/run/kubegan-real/" in cmdline
-            or "real-nodes/kubegan-real-" in cmdline
-            or "real-nodes/coredns" in cmdline
-            or "bind=10.246.0.1" in cmdline
-        ):
-            found.append(f"process {pid_dir.name}: {cmdline[:120]}")
-    found += [f"path {p}" for p in ("/run/kubegan-real",) if Path(p).exists()]
-    found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("*/kubegan")]
-    return found
+def leftovers(site: Site = SITE, cluster_dir: Path | None = None) -> list[str]:
+    """Everything real-node-up creates on the machine for `site` that must be gone after
+    real-node-down (another site's nodes, e.g. a `make cluster-up` cluster, may be up)."""
+    return site.resources(cluster_dir)
 
 
 @dataclass
@@ -164,9 +226,10 @@ def real_cluster_up(work_dir: Path, nodes: int = len(REAL_NODES)) -> Iterator[Re
     """A control plane of its own (free ports, `work_dir`/cluster) with `nodes` real nodes and
     the KWOK GPU fixture nodes; everything is removed on exit, and nothing may be left."""
     assert os.geteuid() == 0, "real nodes need root (network namespaces, mounts, cgroups)"
-    assert not leftovers(), f"real nodes already on this machine: {leftovers()}"
+    before = leftovers()
+    assert not before, f"site {SITE.name}'s real nodes are already on this machine: {before}"
     cluster_dir = work_dir / "cluster"
-    env = base_env(cluster_dir, REAL_NODES=str(nodes))
+    env = base_env(cluster_dir, REAL_NODES=str(nodes), **SITE.env)
     # New nodes get their images from the node image store by hard links: bring it up to
     # date with what `make images` built before the nodes start.
     run(["bash", str(HACK / "seed-node-images.sh")], env, timeout=1800)
@@ -179,7 +242,7 @@ def real_cluster_up(work_dir: Path, nodes: int = len(REAL_NODES)) -> Iterator[Re
     finally:
         subprocess.run(["bash", str(HACK / "real-node-down.sh")], env=env, timeout=300, check=False)
         subprocess.run(["bash", str(HACK / "cluster-down.sh")], env=env, timeout=300, check=False)
-    left = leftovers()
+    left = leftovers(cluster_dir=cluster_dir)
     assert not left, f"real-node-down left things behind: {left}"
 
 

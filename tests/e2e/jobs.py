@@ -25,6 +25,7 @@ from tests.e2e.conftest import (
     JOBS_NS,
     OPERATOR_NS,
     REAL_NODES,
+    SITE,
     RealCluster,
 )
 
@@ -60,9 +61,7 @@ class Nodes:
         self._hack("real-node-up.sh", str(i))
         self.up_indices.add(i)
         wait_for(
-            f"kubegan-real-{i} Ready",
-            lambda: node_ready(self.cluster, f"kubegan-real-{i}"),
-            timeout=180,
+            f"{SITE.node(i)} Ready", lambda: node_ready(self.cluster, SITE.node(i)), timeout=180
         )
 
     def reclaim(self, i: int, grace: int = GRACE_SECONDS) -> dict[str, float]:

@@ -19,6 +19,7 @@ from tests.e2e.conftest import (
     JOBS_NS,
     OPERATOR_NS,
     REAL_NODES,
+    SITE,
     RealCluster,
     Watched,
     digits_job,
@@ -84,7 +85,7 @@ def test_spot_reclaim_mid_epoch_resumes_exactly(
     )
     nodes.up(REPLACEMENT)
     job.wait("a new gang Running", lambda st: st.get("phase") == "Running", 300)
-    assert sorted(job.worker_nodes().values()) == sorted([survivor, f"kubegan-real-{REPLACEMENT}"])
+    assert sorted(job.worker_nodes().values()) == sorted([survivor, SITE.node(REPLACEMENT)])
     final = job.finish()
     assert (final["preemptions"], final["restarts"]) == (1, 0), final
     log = job.log(0)
