@@ -88,28 +88,35 @@ def _int64_bounds_as_format(node: dict[str, Any]) -> None:
         node["format"] = "int64"
 
 
-def _structural(node: dict[str, Any]) -> dict[str, Any]:
-    """Rewrite one (already inlined) JSON Schema node into a structural OpenAPI v3 node."""
-    node = dict(node)
+def _without_union(node: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf` as a structural schema has it: int-or-string, or Optional[X] as plain X."""
     any_of = node.pop("anyOf", None)
-    if any_of is not None:
-        branches = [b for b in any_of if b.get("type") != "null"]
-        if node.get("x-kubernetes-int-or-string"):
-            node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        elif len(branches) == 1:
-            # Optional[X]: nulls are pruned by the apiserver, so the field is just X.
-            node = {**branches[0], **node}
-        else:
-            raise ValueError(f"cannot express union in a structural schema: {any_of}")
+    if any_of is None:
+        return node
+    if node.get("x-kubernetes-int-or-string"):
+        node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        return node
+    branches = [b for b in any_of if b.get("type") != "null"]
+    if len(branches) != 1:
+        raise ValueError(f"cannot express union in a structural schema: {any_of}")
+    # Optional[X]: nulls are pruned by the apiserver, so the field is just X.
+    return {**branches[0], **node}
+
+
+def _openapi_bounds(node: dict[str, Any]) -> None:
+    """JSON Schema 2020's exclusive bounds as OpenAPI v3's, int64 as a format, no null
+    default."""
     if node.get("default", 0) is None:
         del node["default"]
-    if "exclusiveMinimum" in node and not isinstance(node["exclusiveMinimum"], bool):
-        node["minimum"], node["exclusiveMinimum"] = node["exclusiveMinimum"], True
-    if "exclusiveMaximum" in node and not isinstance(node["exclusiveMaximum"], bool):
-        node["maximum"], node["exclusiveMaximum"] = node["exclusiveMaximum"], True
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if exclusive in node and not isinstance(node[exclusive], bool):
+            node[bound], node[exclusive] = node[exclusive], True
     _int64_bounds_as_format(node)
-    # Structural schemas have neither patternProperties nor propertyNames: map values get
-    # additionalProperties, and the key rules become CEL.
+
+
+def _key_rules_as_cel(node: dict[str, Any]) -> None:
+    """Structural schemas have neither patternProperties nor propertyNames: map values get
+    additionalProperties, and the key rules become CEL."""
     key_rules = []
     for pattern, value_schema in (node.pop("patternProperties", None) or {}).items():
         node["additionalProperties"] = value_schema
@@ -124,19 +131,32 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
                 "message": "keys must be Kubernetes label keys",
             }
         )
+
+
+def _open_object(node: dict[str, Any]) -> set[str]:
+    """An object without properties: a map with structural values, or (no value schema) an
+    object kept as it is. Returns the keys to drop from it."""
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict) and extra:
+        node["additionalProperties"] = _structural(extra)
+        return _DROPPED_KEYS - {"additionalProperties"}
+    node["x-kubernetes-preserve-unknown-fields"] = True
+    return _DROPPED_KEYS
+
+
+def _structural(node: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite one (already inlined) JSON Schema node into a structural OpenAPI v3 node."""
+    node = _without_union(dict(node))
+    _openapi_bounds(node)
+    _key_rules_as_cel(node)
+    dropped = _DROPPED_KEYS
     if node.get("type") == "object" and "properties" not in node:
-        extra = node.get("additionalProperties")
-        if isinstance(extra, dict) and extra:
-            node["additionalProperties"] = _structural(extra)
-            return {
-                k: v for k, v in node.items() if k not in _DROPPED_KEYS - {"additionalProperties"}
-            }
-        node["x-kubernetes-preserve-unknown-fields"] = True
+        dropped = _open_object(node)
     if "properties" in node:
         node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
     if "items" in node:
         node["items"] = _structural(node["items"])
-    return {k: v for k, v in node.items() if k not in _DROPPED_KEYS}
+    return {k: v for k, v in node.items() if k not in dropped}
 
 
 def model_schema(model: type, mode: str = "validation") -> dict[str, Any]:
