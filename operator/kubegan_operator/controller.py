@@ -62,6 +62,9 @@ NOT_READY_GRACE_SECONDS = cache.NOT_READY_GRACE_SECONDS
 
 
 class Controller:
+    """Turns watch events into queued jobs and a queued job into one sync: observe
+    (Observer), decide (reconcile), apply (Applier)."""
+
     def __init__(
         self,
         kube: Any,
