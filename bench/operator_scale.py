@@ -58,6 +58,7 @@ from kubegan_operator.topology import (  # noqa: E402
     node_capacity,
     pod_usage,
 )
+from kubegan_trainer.contract import ATTEMPT_LABEL, ENV_NUM_WORKERS, JOB_NAME_LABEL  # noqa: E402
 from kubegan_trainer.ports import reserve_ports  # noqa: E402
 
 from tests.support.control_plane import cluster_up  # noqa: E402
@@ -67,8 +68,7 @@ BENCH_LABEL = "kubegan.io/bench"
 OPERATOR_USER = "kubegan-bench-operator"
 FLOW_LIST = "kubegan-bench-operator-list"
 FLOW_OTHER = "kubegan-bench-operator-other"
-JOB_LABEL = "kubegan.io/job-name"
-ATTEMPT_LABEL = "kubegan.io/attempt"
+JOB_LABEL = JOB_NAME_LABEL
 GPUS_PER_NODE = 8
 # Job sizes: 8-32 GPUs, mean 12, so `--jobs N/2` fills about 75% of N nodes and a deleted
 # node's workers have somewhere to go.
@@ -577,7 +577,7 @@ class Watcher:
                 PodSeen(
                     labels[JOB_LABEL],
                     int(labels.get(ATTEMPT_LABEL, "0")),
-                    int(env.get("KUBEGAN_NUM_WORKERS") or 1),
+                    int(env.get(ENV_NUM_WORKERS) or 1),
                     now,
                 ),
             )
@@ -951,7 +951,7 @@ def main() -> int:
     args = p.parse_args()
     # Stopped from outside (also when started in the background, where SIGINT is ignored):
     # unwind, so the operator is stopped and the control plane torn down.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     args.delete_nodes = args.delete_nodes or max(2, args.jobs // 25)
 

@@ -24,6 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from kubegan_trainer.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_METRICS_PORT,
+    ENV_OUTPUT_DIR,
+    ENV_TF_LOGICAL_CPUS,
+)
+
 CASES = {  # model -> (options, data source, per-replica batch)
     "dcgan": ({"imageSize": 32, "ngf": 32, "ndf": 32}, "digits", 32),
     "gan3d": ({"size": "tiny", "numSamples": 64}, "synthetic", 8),
@@ -62,7 +69,7 @@ def _time(step, batches, warmup: int, steps: int) -> float:
 
 def run_case(model: str, strategy: str, precision: str, steps: int) -> dict:
     """One case in this process: kubegan's step, then the plain loop."""
-    os.environ["KUBEGAN_TF_LOGICAL_CPUS"] = "2" if strategy == "mirrored-2cpu" else ""
+    os.environ[ENV_TF_LOGICAL_CPUS] = "2" if strategy == "mirrored-2cpu" else ""
     import tensorflow as tf
     from kubegan_trainer.cluster_env import ClusterEnv
     from kubegan_trainer.signals import StopFlag
@@ -74,9 +81,9 @@ def run_case(model: str, strategy: str, precision: str, steps: int) -> dict:
     tmp = Path(tempfile.mkdtemp())
     env = ClusterEnv.from_environ(
         {
-            "KUBEGAN_CHECKPOINT_DIR": str(tmp / "c"),
-            "KUBEGAN_OUTPUT_DIR": str(tmp),
-            "KUBEGAN_METRICS_PORT": "0",
+            ENV_CHECKPOINT_DIR: str(tmp / "c"),
+            ENV_OUTPUT_DIR: str(tmp),
+            ENV_METRICS_PORT: "0",
         }
     )
     t = build_trainer(cfg, env, StopFlag())

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.contract import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, ENV_OUTPUT_DIR
 from kubegan_trainer.data import build_dataset
 from kubegan_trainer.signals import StopFlag
 from kubegan_trainer.torch_backend import rng
@@ -128,9 +129,9 @@ def bench_case(
     tmp = tempfile.TemporaryDirectory()
     env = ClusterEnv.from_environ(
         {
-            "KUBEGAN_CHECKPOINT_DIR": f"{tmp.name}/c",
-            "KUBEGAN_OUTPUT_DIR": tmp.name,
-            "KUBEGAN_METRICS_PORT": "19999",
+            ENV_CHECKPOINT_DIR: f"{tmp.name}/c",
+            ENV_OUTPUT_DIR: tmp.name,
+            ENV_METRICS_PORT: "19999",
         }
     )
     for kind in ("plain", "kubegan"):

@@ -13,6 +13,14 @@ from kubegan_operator.api import GANTrainingJob
 from kubegan_operator.planner import plan
 from kubegan_operator.render import render_pod
 from kubegan_operator.topology import build_inventory
+from kubegan_trainer.contract import (
+    ATTEMPT_LABEL,
+    ENV_TPU_WORKER_ID,
+    JOB_COST_RATE,
+    JOB_NAME_LABEL,
+    RECONCILE_DURATION,
+    TORCH_MASTER_PORT,
+)
 
 from tests.cluster.conftest import Kubectl, Operator, load_example, wait_for
 
@@ -36,7 +44,7 @@ def job_status(k: Kubectl, ns: str, name: str) -> dict[str, Any]:
 
 
 def workers(k: Kubectl, ns: str, name: str) -> list[dict[str, Any]]:
-    pods = k.get("pods", namespace=ns, selector=f"kubegan.io/job-name={name}")
+    pods = k.get("pods", namespace=ns, selector=f"{JOB_NAME_LABEL}={name}")
     return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
@@ -97,7 +105,7 @@ def test_invalid_job_is_refused_by_the_apiserver(cluster: Kubectl, namespace: st
             {"placement": {"tolerations": [{"key": "a", "operator": "Exists", "value": "x"}]}},
             "value must be empty with operator Exists",
         ),
-        ({"monitoring": {"metricsPort": 29500}}, "metricsPort must differ"),
+        ({"monitoring": {"metricsPort": TORCH_MASTER_PORT}}, "metricsPort must differ"),
         ({"resources": {"cpu": "-1"}}, "spec.resources.cpu"),
     ):
         bad = gan3d_job()
@@ -152,11 +160,8 @@ def test_32_gpus_on_v100_pool(
         obj = cluster.get(kind, name, namespace=namespace)
         assert obj["metadata"]["ownerReferences"][0]["kind"] == "GANTrainingJob"
     metrics = operator.metrics()
-    assert (
-        f'kubegan_job_cost_rate_dollars_per_hour{{ganjob="gan3d-v100",namespace="{namespace}"}}'
-        in metrics
-    )
-    assert "kubegan_reconcile_duration_seconds_count" in metrics
+    assert f'{JOB_COST_RATE}{{ganjob="gan3d-v100",namespace="{namespace}"}}' in metrics
+    assert f"{RECONCILE_DURATION}_count" in metrics
 
 
 def test_node_loss_is_a_preemption(
@@ -195,7 +200,7 @@ def test_node_loss_is_a_preemption(
     assert status["preemptions"] == 1 and status["restarts"] == 0 and status["attempt"] == 1
     new = live(workers(cluster, namespace, "gan3d-v100"))
     assert len(new) == 4 and not ({p["metadata"]["uid"] for p in new} & old_uids)
-    assert {p["metadata"]["labels"]["kubegan.io/attempt"] for p in new} == {"1"}
+    assert {p["metadata"]["labels"][ATTEMPT_LABEL] for p in new} == {"1"}
 
 
 def test_node_loss_with_spare_capacity_rebinds_elsewhere(
@@ -290,7 +295,7 @@ def test_infeasible_job_waits_then_starts(
     assert condition(status, "Unschedulable")["status"] == "False"
     for i, p in enumerate(pods):
         env = {e["name"]: e["value"] for e in p["spec"]["containers"][0]["env"]}
-        assert env["TPU_WORKER_ID"] == str(i)
+        assert env[ENV_TPU_WORKER_ID] == str(i)
         assert p["spec"]["containers"][0]["resources"]["limits"]["google.com/tpu"] == "4"
 
 

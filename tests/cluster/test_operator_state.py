@@ -13,6 +13,12 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
+from kubegan_trainer.contract import (
+    ATTEMPT_LABEL,
+    OPERATOR_LEADER,
+    PLANNED_NODE_ANNOTATION,
+    RECONCILES,
+)
 
 from tests.cluster.conftest import CLUSTER, Kubectl, Operator, load_example, wait_for
 from tests.cluster.test_operator import (
@@ -32,14 +38,14 @@ pytestmark = pytest.mark.timeout(300)
 def reconciles(op: Operator, namespace: str, job: str) -> float:
     """The operator's count of reconciles of one job (0 before the first)."""
     pattern = re.compile(
-        rf'^kubegan_reconciles_total\{{ganjob="{job}",namespace="{namespace}"\}} (\S+)$', re.M
+        rf'^{RECONCILES}_total\{{ganjob="{job}",namespace="{namespace}"\}} (\S+)$', re.M
     )
     m = pattern.search(op.metrics())
     return float(m.group(1)) if m else 0.0
 
 
 def leading(op: Operator) -> bool:
-    return "kubegan_operator_leader 1.0" in op.metrics()
+    return f"{OPERATOR_LEADER} 1.0" in op.metrics()
 
 
 def heartbeat(k: Kubectl, node: str) -> str:
@@ -102,7 +108,7 @@ def test_restart_rebuilds_caches_and_repeats_nothing(
         operator.start()
     status = wait_phase(cluster, namespace, "second", "Running", timeout=90)
     second = workers(cluster, namespace, "second")
-    planned = {p["metadata"]["annotations"]["kubegan.io/planned-node"] for p in second}
+    planned = {p["metadata"]["annotations"][PLANNED_NODE_ANNOTATION] for p in second}
     assert len(second) == 2 and not planned & first_nodes, "planned on a busy node"
     assert status["attempt"] == 0 and status["restarts"] == status["preemptions"] == 0
     assert condition(status, "Unschedulable")["reason"] == "Scheduled"
@@ -192,4 +198,4 @@ def test_killing_the_leader_hands_over_within_15s(
     new = live(workers(cluster, namespace, "gan3d-v100"))
     names = [p["metadata"]["name"] for p in new]
     assert sorted(names) == ["gan3d-v100-worker-0", "gan3d-v100-worker-1"]
-    assert {p["metadata"]["labels"]["kubegan.io/attempt"] for p in new} == {"1"}
+    assert {p["metadata"]["labels"][ATTEMPT_LABEL] for p in new} == {"1"}

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from kubegan_trainer.contract import ENV_MASTER_ADDR, ENV_TF_CONFIG
 
 from tests.e2e.conftest import (
     CHECKPOINT_CLAIM,
@@ -48,7 +49,7 @@ def test_workers_rendezvous_over_pod_dns(trained: dict[str, Watched], name: str)
         e["name"]: e.get("value", "") for e in trained[name].pods[0]["spec"]["containers"][0]["env"]
     }
     worker0 = f"{name}-worker-0.{name}.{JOBS_NS}.svc"
-    rendezvous = env.get("MASTER_ADDR", "") + env.get("TF_CONFIG", "")
+    rendezvous = env.get(ENV_MASTER_ADDR, "") + env.get(ENV_TF_CONFIG, "")
     assert worker0 in rendezvous, env
 
 

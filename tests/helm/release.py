@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubegan_trainer.contract import JOB_COST_RATE, JOB_NAME_LABEL
 
 from tests.cluster.conftest import KUBECONFIG, Kubectl, Operator, wait_for
 from tests.helm.chart import CHART, helm_bin
@@ -229,7 +230,7 @@ def reconcile_end_to_end(k: Kubectl, release: Release, tmp: Path) -> None:
         assert status["placement"]["gpusPerWorker"] == 4
         assert sorted(status["placement"]["nodes"]) == sorted(release.nodes)
         assert status["cost"]["ratePerHour"] == pytest.approx(8 * 0.35)  # 8 x T4 on-demand
-        pods = k.get("pods", namespace=ns, selector=f"kubegan.io/job-name={name}")
+        pods = k.get("pods", namespace=ns, selector=f"{JOB_NAME_LABEL}={name}")
         assert {p["spec"]["nodeName"] for p in pods} == set(release.nodes)
         if not foreign_operators(op):
             # Only this operator acts (as in CI, where cluster tests run one at a time), so
@@ -238,10 +239,7 @@ def reconcile_end_to_end(k: Kubectl, release: Release, tmp: Path) -> None:
         # This operator reconciled the job with its token (its own metrics say so).
         wait_for(
             "the chart operator's job metrics",
-            lambda: (
-                f'kubegan_job_cost_rate_dollars_per_hour{{ganjob="{name}",namespace="{ns}"}}'
-                in op.metrics()
-            ),
+            lambda: f'{JOB_COST_RATE}{{ganjob="{name}",namespace="{ns}"}}' in op.metrics(),
             timeout=30,
         )
         # Worker 0 exits 0 -> Succeeded; cleanPodPolicy All and the TTL make the operator
@@ -254,7 +252,7 @@ def reconcile_end_to_end(k: Kubectl, release: Release, tmp: Path) -> None:
         )
         wait_for(
             f"{name}'s pods gone",
-            lambda: not k.get("pods", namespace=ns, selector=f"kubegan.io/job-name={name}"),
+            lambda: not k.get("pods", namespace=ns, selector=f"{JOB_NAME_LABEL}={name}"),
             timeout=90,
         )
     finally:

@@ -14,6 +14,7 @@ from kubegan_operator.loading import load_prices
 from kubegan_operator.planner import static_plan
 from kubegan_operator.pricing import DEFAULT_PRICES
 from kubegan_operator.render import render_pod
+from kubegan_trainer.contract import ENV_TRAINER_IMAGE_TF, ENV_TRAINER_IMAGE_TORCH, JOB_NAME_LABEL
 
 from tests.helm.chart import EVERYTHING, VALUES, by_kind, one, template, values_args
 
@@ -212,10 +213,10 @@ def test_price_table_reaches_the_operator(preset: str, tmp_path) -> None:
 
 def test_trainer_images_are_passed_to_the_operator() -> None:
     env = {e["name"]: e.get("value") for e in deployment_container(render("default"))["env"]}
-    assert "KUBEGAN_TRAINER_IMAGE_TORCH" not in env  # operator default (render.DEFAULT_IMAGES)
+    assert ENV_TRAINER_IMAGE_TORCH not in env  # operator default (render.DEFAULT_IMAGES)
     env = {e["name"]: e.get("value") for e in deployment_container(render("default", True))["env"]}
-    assert env["KUBEGAN_TRAINER_IMAGE_TORCH"] == "registry.example/trainer-torch:1"
-    assert env["KUBEGAN_TRAINER_IMAGE_TF"] == "registry.example/trainer-tf:1"
+    assert env[ENV_TRAINER_IMAGE_TORCH] == "registry.example/trainer-torch:1"
+    assert env[ENV_TRAINER_IMAGE_TF] == "registry.example/trainer-tf:1"
 
 
 def test_image_digest_wins_over_tag() -> None:
@@ -262,7 +263,7 @@ def test_pod_monitor_selects_worker_zero_metrics_port() -> None:
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] in port_names
     assert pm["spec"]["namespaceSelector"] == {"any": True}
     relabel = pm["spec"]["podMetricsEndpoints"][0]["relabelings"][0]
-    label = "kubegan.io/job-name"
+    label = JOB_NAME_LABEL
     assert label in w0["metadata"]["labels"]
     assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_label_kubegan_io_job_name"]
     assert relabel["targetLabel"] == "ganjob"

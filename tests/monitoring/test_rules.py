@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubegan_trainer.contract import EPOCH, JOB_COST, JOBS
 
 from tests.helm.chart import VALUES, values_args
 from tests.monitoring.prom import dashboard, panel_queries, promtool, rules_file
@@ -75,32 +76,32 @@ def test_alerts_fire_on_input_series(tmp_path: Path) -> None:
                 "input_series": [
                     # three epochs, then the gang hangs (e.g. a collective waiting on a lost peer)
                     {
-                        "series": 'kubegan_epoch{namespace="ml",ganjob="stuck",pod="w-0"}',
+                        "series": EPOCH + '{namespace="ml",ganjob="stuck",pod="w-0"}',
                         "values": "0 1 2 3x60",
                     },
                     # an epoch every 20 minutes: slow but alive, below the 30-minute threshold
                     {
-                        "series": 'kubegan_epoch{namespace="ml",ganjob="slow"}',
+                        "series": EPOCH + '{namespace="ml",ganjob="slow"}',
                         "values": "0x19 1x19 2x19 3x3",
                     },
                     # finished after 3 epochs: its trainer (and the series) are gone
                     {
-                        "series": 'kubegan_epoch{namespace="ml",ganjob="done"}',
+                        "series": EPOCH + '{namespace="ml",ganjob="done"}',
                         "values": "0 1 2 3 _x59",
                     },
                     # the operator's per-phase job count
-                    {"series": 'kubegan_jobs{phase="Failed"}', "values": "0x4 1x59"},
+                    {"series": JOBS + '{phase="Failed"}', "values": "0x4 1x59"},
                     # accrued cost: gan3d has a 50 USD budget; other jobs the default 1000 USD
                     {
-                        "series": 'kubegan_job_cost_dollars_total{namespace="ml",ganjob="gan3d"}',
+                        "series": JOB_COST + '{namespace="ml",ganjob="gan3d"}',
                         "values": "0+10x63",
                     },
                     {
-                        "series": 'kubegan_job_cost_dollars_total{namespace="ml",ganjob="cheap"}',
+                        "series": JOB_COST + '{namespace="ml",ganjob="cheap"}',
                         "values": "0+10x63",
                     },
                     {
-                        "series": 'kubegan_job_cost_dollars_total{namespace="ml",ganjob="big"}',
+                        "series": JOB_COST + '{namespace="ml",ganjob="big"}',
                         "values": "0+200x63",
                     },
                 ],

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kubegan_trainer.checkpoint import CheckpointStore, Position
+from kubegan_trainer.contract import CHECKPOINT_STEP, EPOCH
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule
 from kubegan_trainer.metrics import METRIC_NAMES, EpochRecord, MetricsLog, TrainerMetrics
@@ -112,8 +113,8 @@ def test_metric_names_and_jsonl(tmp_path: Path) -> None:
     text = generate_latest(m.registry).decode()
     for name in METRIC_NAMES:
         assert f"\n{name}" in text or text.startswith(name) or f"# TYPE {name} " in text
-    assert 'kubegan_epoch{ganjob="job",namespace="ns"} 1.0' in text
-    assert 'kubegan_checkpoint_step{ganjob="job",namespace="ns"} 3.0' in text
+    assert EPOCH + '{ganjob="job",namespace="ns"} 1.0' in text
+    assert CHECKPOINT_STEP + '{ganjob="job",namespace="ns"} 3.0' in text
     log = MetricsLog(tmp_path / "metrics.jsonl")
     log.append(rec)
     log.append(EpochRecord(**{**rec.__dict__, "epoch": 2}))

@@ -9,7 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from kubegan_trainer.errors import EXIT_USER_ERROR
+from kubegan_trainer.contract import ENV_CONFIG, EXIT_USER_ERROR
 
 from tests.trainer.util import config, run_workers, tiny_digits
 
@@ -128,13 +128,13 @@ def test_unknown_framework_is_one_line(tmp_path: Path) -> None:
     path.write_text(json.dumps(cfg))
     p = subprocess.run(
         [sys.executable, "-m", "kubegan_trainer"],
-        env={"KUBEGAN_CONFIG": str(path)},
+        env={ENV_CONFIG: str(path)},
         capture_output=True,
         text=True,
     )
     assert p.returncode == EXIT_USER_ERROR
     (line,) = p.stderr.strip().splitlines()
-    assert line.startswith(f"kubegan-trainer: error: KUBEGAN_CONFIG: {path}: framework:")
+    assert line.startswith(f"kubegan-trainer: error: {ENV_CONFIG}: {path}: framework:")
 
 
 def test_unavailable_framework_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,13 +153,13 @@ def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    env = {"KUBEGAN_CONFIG": str(tmp_path / "missing.json"), "PATH": "/usr/bin:/bin"}
+    env = {ENV_CONFIG: str(tmp_path / "missing.json"), "PATH": "/usr/bin:/bin"}
     p = subprocess.run(
         [sys.executable, "-m", "kubegan_trainer"], env=env, capture_output=True, text=True
     )
     assert p.returncode == EXIT_USER_ERROR
     assert (
         p.stderr.strip().splitlines()[-1]
-        == f"kubegan-trainer: error: KUBEGAN_CONFIG: {tmp_path / 'missing.json'} does not exist"
+        == f"kubegan-trainer: error: {ENV_CONFIG}: {tmp_path / 'missing.json'} does not exist"
     )
     shutil.rmtree(tmp_path, ignore_errors=True)

@@ -21,8 +21,8 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.contract import ENV_CONFIG, EXIT_USER_ERROR
 from kubegan_trainer.data import build_dataset
-from kubegan_trainer.errors import EXIT_USER_ERROR
 from kubegan_trainer.model_options import MODELS, Option, option_problems
 from kubegan_trainer.torch_backend.models import GanTask, build_task
 
@@ -169,7 +169,7 @@ def test_the_trainer_refuses_a_bad_option_at_start(
     )
     p = subprocess.run(
         [sys.executable, "-m", "kubegan_trainer"],
-        env={"KUBEGAN_CONFIG": str(path), "PATH": "/usr/bin:/bin"},
+        env={ENV_CONFIG: str(path), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=100,

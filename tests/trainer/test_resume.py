@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kubegan_trainer.errors import EXIT_INTERRUPTED
+from kubegan_trainer.contract import EXIT_INTERRUPTED
 
 from tests.trainer.util import config, run_workers
 

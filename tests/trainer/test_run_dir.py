@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubegan_trainer.contract import ENV_OUTPUT_DIR
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.local_run import run_local
 from kubegan_trainer.progress import read_progress
@@ -135,7 +136,7 @@ def test_silent_worker_crash_prints_the_last_lines_of_its_log(
 
 def _workers_of(out: Path) -> list[int]:
     """Our processes that are workers of the run in `out` (by their environment)."""
-    needle = f"KUBEGAN_OUTPUT_DIR={out}\0".encode()
+    needle = f"{ENV_OUTPUT_DIR}={out}\0".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -14,8 +14,9 @@ import pytest
 import torch
 import yaml
 from kubegan_trainer.checkpoint import CheckpointStore, Position
+from kubegan_trainer.contract import EXIT_USER_ERROR
 from kubegan_trainer.entrypoints import load_entrypoint
-from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+from kubegan_trainer.errors import TrainerError
 
 from tests.trainer.util import REPO, config, run_workers, tiny_digits
 

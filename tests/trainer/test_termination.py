@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from kubegan_operator.podstate import exit_checkpoint
 from kubegan_trainer import termination
 from kubegan_trainer.checkpoint import Position
+from kubegan_trainer.contract import (
+    CONTAINER_NAME,
+    ENV_TERMINATION_LOG,
+    TERMINATION_MESSAGE_MAX,
+    parse_termination_message,
+)
 
 
 def test_names_the_checkpoint_in_the_file_kubernetes_made(
@@ -15,18 +21,22 @@ def test_names_the_checkpoint_in_the_file_kubernetes_made(
 ) -> None:
     path = tmp_path / "termination-log"
     path.write_text("stale words from an earlier container\n" * 50)
-    monkeypatch.setenv(termination.PATH_ENV, str(path))
+    monkeypatch.setenv(ENV_TERMINATION_LOG, str(path))
     termination.write(Position(2, 3))
-    message = json.loads(path.read_text())
-    assert message["checkpoint"]["epoch"] == 2 and message["checkpoint"]["step"] == 3
-    assert len(path.read_bytes()) < 4096  # what the kubelet keeps
+    assert parse_termination_message(path.read_text()) == (2, 3)
+    assert len(path.read_bytes()) < TERMINATION_MESSAGE_MAX  # what the kubelet keeps
+    # What the operator reads back once the kubelet has copied the file into the pod.
+    terminated = {"exitCode": 0, "message": path.read_text(), "finishedAt": "t"}
+    status = {"containerStatuses": [{"name": CONTAINER_NAME, "state": {"terminated": terminated}}]}
+    pod = {"status": status}
+    assert exit_checkpoint(pod) == (2, 3, "t")
 
 
 def test_writes_nothing_without_the_file_or_a_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "termination-log"
-    monkeypatch.setenv(termination.PATH_ENV, str(path))
+    monkeypatch.setenv(ENV_TERMINATION_LOG, str(path))
     termination.write(Position(1, 0))
     assert not path.exists()  # never creates it (a laptop has no /dev/termination-log)
     path.write_text("")

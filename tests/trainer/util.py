@@ -10,6 +10,12 @@ from typing import Any
 
 import torch
 from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CONFIG,
+    ENV_METRICS_PORT,
+    ENV_OUTPUT_DIR,
+)
 
 from tests.trainer.workers import launch_workers
 
@@ -98,10 +104,10 @@ def single_rank_trainer(cfg: TrainerConfig, tmp: Path, task=None, dataset=None) 
 
     env = ClusterEnv.from_environ(
         {
-            "KUBEGAN_CHECKPOINT_DIR": str(tmp / "checkpoints"),
-            "KUBEGAN_OUTPUT_DIR": str(tmp),
-            "KUBEGAN_CONFIG": str(tmp / "config.json"),
-            "KUBEGAN_METRICS_PORT": "19556",
+            ENV_CHECKPOINT_DIR: str(tmp / "checkpoints"),
+            ENV_OUTPUT_DIR: str(tmp),
+            ENV_CONFIG: str(tmp / "config.json"),
+            ENV_METRICS_PORT: "19556",
         }
     )
     dataset = dataset or build_dataset(cfg)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kubegan_operator import cache
+from kubegan_trainer.contract import CONTAINER_NAME, JOB_NAME_LABEL
 
 
 class FakeIndex(Mapping[Any, list[Any]]):
@@ -121,7 +122,7 @@ def job_body(
 
 def pod_body(job: str, index: int, node: str | None = None, gpus: int = 8) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+        "containers": [{"name": CONTAINER_NAME, "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
     }
     if node:
         spec["nodeName"] = node
@@ -129,7 +130,7 @@ def pod_body(job: str, index: int, node: str | None = None, gpus: int = 8) -> di
         "metadata": {
             "name": f"{job}-worker-{index}",
             "namespace": "ns",
-            "labels": {"kubegan.io/job-name": job},
+            "labels": {JOB_NAME_LABEL: job},
             "ownerReferences": [{"uid": f"uid-{job}"}],
         },
         "spec": spec,

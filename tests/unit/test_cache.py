@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from kubegan_operator import cache
 from kubegan_operator.topology import assemble_inventory, build_inventory, pod_usage
+from kubegan_trainer.contract import GANG_GATE, JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
 from tests.unit import nodes as n
 from tests.unit.cache_world import Indexes, job_body, pod_body
@@ -50,7 +51,7 @@ def test_the_inventory_from_indexes_equals_the_listed_one() -> None:
     pods = [
         n.pod(f"p{i}", f"n{rng.randrange(40)}", rng.choice([1, 2, 4]), namespace=f"ns{i % 2}",
               phase=rng.choice(["Running", "Running", "Succeeded"]),
-              labels={"kubegan.io/job-name": "j"} if i % 5 == 0 else {})
+              labels={JOB_NAME_LABEL: "j"} if i % 5 == 0 else {})
         for i in range(60)
     ]  # fmt: skip
     idx = Indexes()
@@ -93,7 +94,7 @@ def test_free_capacity_kept_per_event_equals_the_inventory_summed_afresh() -> No
             body = n.pod(name, f"n{rng.randrange(32)}", rng.choice([1, 2, 8]),
                          namespace=f"ns{rng.randrange(2)}",
                          phase=rng.choice(["Running", "Running", "Pending", "Succeeded"]),
-                         labels={"kubegan.io/job-name": f"j{rng.randrange(4)}"})  # fmt: skip
+                         labels={JOB_NAME_LABEL: f"j{rng.randrange(4)}"})  # fmt: skip
             requests = {"cpu": rng.choice(["1", "500m"])}
             body["spec"]["containers"][0]["resources"]["requests"] = requests
             pods[name] = body
@@ -105,7 +106,7 @@ def test_free_capacity_kept_per_event_equals_the_inventory_summed_afresh() -> No
         entries = [e for store in idx.nodes.values() for e in store]
         usages = [u for store in idx.usage.values() for u in store]
         extra = [u for u in map(pod_usage, [n.pod("x", f"n{rng.randrange(30)}", 1,
-                 labels={"kubegan.io/job-name": "j1"}, namespace="ns1")]) if u]  # fmt: skip
+                 labels={JOB_NAME_LABEL: "j1"}, namespace="ns1")]) if u]  # fmt: skip
         for exclude in (None, (f"ns{rng.randrange(2)}", f"j{rng.randrange(4)}")):
             for more in ([], extra):
                 want = assemble_inventory(
@@ -124,7 +125,7 @@ def test_new_workers_hold_their_planned_node_until_the_watch_shows_them() -> Non
     idx.add_node(n.node("n0", gpus=8))
     v = view(idx)
     worker = pod_body("a", 0, gpus=8)
-    worker["metadata"]["annotations"] = {"kubegan.io/planned-node": "n0"}
+    worker["metadata"]["annotations"] = {PLANNED_NODE_ANNOTATION: "n0"}
     usage = pod_usage(worker)
     assert usage is not None and not isinstance(usage, str)
     v.expectations.reserve(("ns", "a"), usage)
@@ -144,7 +145,7 @@ def test_a_worker_that_finished_before_the_next_plan_holds_nothing() -> None:
     v = view(idx)
     key = ("ns", "a")
     worker = pod_body("a", 0, gpus=8)
-    worker["metadata"]["annotations"] = {"kubegan.io/planned-node": "n0"}
+    worker["metadata"]["annotations"] = {PLANNED_NODE_ANNOTATION: "n0"}
     usage = pod_usage(worker)
     assert usage is not None and not isinstance(usage, str)
     v.expectations.expect(key, "a-worker-0", "present")
@@ -181,7 +182,7 @@ def test_expectations_hold_the_job_until_the_watch_shows_the_writes() -> None:
     # gates: met once lifted; one never seen times out rather than holding the job forever
     exp.expect(key, "a-worker-1", "ungated")
     gated = pod_body("a", 1)
-    gated["spec"]["schedulingGates"] = [{"name": "kubegan.io/gang"}]
+    gated["spec"]["schedulingGates"] = [{"name": GANG_GATE}]
     idx.add_pod(gated)
     assert exp.pending(key, v.pods(key)) is not None
     clock[0] += cache.EXPECTATION_TIMEOUT_SECONDS
@@ -224,7 +225,7 @@ def test_not_ready_grace_and_the_jobs_a_node_affects() -> None:
 
 
 def test_only_the_jobs_own_services_and_config_maps_are_indexed() -> None:
-    owned = {"metadata": {"name": "a", "namespace": "ns", "labels": {"kubegan.io/job-name": "a"}}}
+    owned = {"metadata": {"name": "a", "namespace": "ns", "labels": {JOB_NAME_LABEL: "a"}}}
     assert cache.index_owned(owned) == {("ns", "a"): True}
     assert cache.index_owned({"metadata": {"name": "x", "namespace": "ns"}}) == {}
     slim = cache.index_job_pod(

@@ -18,6 +18,7 @@ from kubegan_operator.cli import main
 from kubegan_operator.loading import LIST_LIMITS, InputError, load_prices, read_text
 from kubegan_operator.planner import plan, static_plan
 from kubegan_operator.topology import build_inventory
+from kubegan_trainer.contract import ENV_COST_RATE_PER_HOUR
 
 from tests.unit.hostile import ALIAS_BOMB
 from tests.unit.nodes import node, pod
@@ -454,7 +455,7 @@ def test_a_huge_cpu_request_at_the_price_limit_renders_a_finite_rate(tmp_path: P
     assert result.returncode == 0, result.stderr
     pods = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Pod"]
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
-    assert 0 < float(env["KUBEGAN_COST_RATE_PER_HOUR"]) < 1e20
+    assert 0 < float(env[ENV_COST_RATE_PER_HOUR]) < 1e20
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,8 @@ from kubegan_operator.loading import InputError, job_from_object
 from kubegan_operator.reconcile import reconcile
 from kubegan_operator.snapshot import JobSnapshot
 from kubegan_trainer.__main__ import load_config
-from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+from kubegan_trainer.contract import EXIT_USER_ERROR
+from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.model_options import MODELS, Kind, Option, option_problems
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,6 +15,7 @@ from kubegan_operator.cli import main
 from kubegan_operator.planner import choose_gpu_shape, divisors_descending, plan
 from kubegan_operator.pricing import PriceTable
 from kubegan_operator.topology import build_inventory
+from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
 from tests.unit.nodes import node, pod
 
@@ -84,7 +85,7 @@ def test_gpus_used_by_other_pods_count() -> None:
 
 def test_own_pods_excluded_when_replanning() -> None:
     nodes = v100_pool(4)
-    mine = {"kubegan.io/job-name": "gan"}
+    mine = {JOB_NAME_LABEL: "gan"}
     pods = [pod(f"gan-worker-{i}", f"v100-{i}", 8, labels=mine) for i in range(4)]
     assert not plan(spec(gpus=32), build_inventory(nodes, pods)).feasible
     inv = build_inventory(nodes, pods, exclude_job=("default", "gan"))
@@ -454,9 +455,9 @@ def test_cli_plan_bad_nodes_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_unbound_workers_of_other_jobs_hold_their_planned_nodes() -> None:
     nodes = v100_pool(4)
-    gated = pod("other-worker-0", "", 8, phase="Pending", labels={"kubegan.io/job-name": "other"})
+    gated = pod("other-worker-0", "", 8, phase="Pending", labels={JOB_NAME_LABEL: "other"})
     gated["spec"].pop("nodeName")
-    gated["metadata"]["annotations"] = {"kubegan.io/planned-node": "v100-0"}
+    gated["metadata"]["annotations"] = {PLANNED_NODE_ANNOTATION: "v100-0"}
     p = plan(spec(gpus=32), build_inventory(nodes, [gated]))
     assert not p.feasible  # v100-0's GPUs are promised to the other job
     p = plan(spec(gpus=24), build_inventory(nodes, [gated]))

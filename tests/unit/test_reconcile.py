@@ -14,6 +14,13 @@ from kubegan_operator.podstate import Outcome, classify
 from kubegan_operator.reconcile import Decision, hourly, reconcile
 from kubegan_operator.snapshot import JobSnapshot, Planner
 from kubegan_operator.timeutil import parse_time
+from kubegan_trainer.contract import (
+    ATTEMPT_LABEL,
+    CONTAINER_NAME,
+    EXIT_INTERRUPTED,
+    WORKER_INDEX_LABEL,
+    termination_message,
+)
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 PLAN = Plan(
@@ -114,7 +121,9 @@ class World:
         pod["status"] = {
             "phase": phase,
             **status,
-            "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": code}}}],
+            "containerStatuses": [
+                {"name": CONTAINER_NAME, "state": {"terminated": {"exitCode": code}}}
+            ],
         }
 
     @property
@@ -189,7 +198,7 @@ def test_application_failure_counts_restart_and_restarts_gang() -> None:
     assert sorted(n for n, _ in d.delete_pods) == ["g-worker-0", "g-worker-1"]
     assert ("Warning", "WorkerFailed") in [(t, r) for t, r, _ in d.events]
     d = w.step()  # old gang gone: a new attempt is planned and created
-    assert {p["metadata"]["labels"]["kubegan.io/attempt"] for p in w.pods.values()} == {"1"}
+    assert {p["metadata"]["labels"][ATTEMPT_LABEL] for p in w.pods.values()} == {"1"}
     w.step()
     w.schedule_and_run()
     w.step()
@@ -219,12 +228,18 @@ def test_disruptions_count_as_preemptions(how: str) -> None:
             {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
         ]
     elif how == "node_shutdown":
-        w.end(1, "Failed", code=143, reason="NodeShutdown", message="node is shutting down")
+        w.end(
+            1,
+            "Failed",
+            code=EXIT_INTERRUPTED,
+            reason="NodeShutdown",
+            message="node is shutting down",
+        )
     elif how == "peer_stop":
         # A spot reclaim's first news is often a surviving worker's 143: the ranks agreed to
         # stop and checkpoint when the reclaimed peer got SIGTERM; the kubelet marks the
         # reclaimed pod only after its containers are gone.
-        w.end(1, "Failed", code=143)
+        w.end(1, "Failed", code=EXIT_INTERRUPTED)
     else:
         pod["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:05Z"
     d = w.step()
@@ -238,8 +253,8 @@ def test_disruptions_count_as_preemptions(how: str) -> None:
 
 def test_a_stopped_workers_termination_message_names_the_last_checkpoint() -> None:
     w = running_world()
-    w.end(1, "Failed", code=143)
-    msg = '{"checkpoint": {"epoch": 2, "step": 5, "time": 1.0}}'
+    w.end(1, "Failed", code=EXIT_INTERRUPTED)
+    msg = termination_message(2, 5, 1.0)
     cs = w.pods["g-worker-1"]["status"]["containerStatuses"][0]["state"]["terminated"]
     cs.update(message=msg, finishedAt="2026-11-21T12:00:09Z")
     w.step()
@@ -378,7 +393,7 @@ def test_invalid_spec_fails_the_job_with_the_field() -> None:
 
 def test_classify_pending_detail() -> None:
     pod = {
-        "metadata": {"name": "g-worker-0", "labels": {"kubegan.io/worker-index": "0"}},
+        "metadata": {"name": "g-worker-0", "labels": {WORKER_INDEX_LABEL: "0"}},
         "spec": {},
         "status": {
             "phase": "Pending",
@@ -480,10 +495,12 @@ def test_suspend_then_resume_counts_no_failure() -> None:
     stale = World(job())  # a pod of the suspended attempt, ending with 143 while terminating
     stale.step()
     old = copy.deepcopy(next(iter(stale.pods.values())))
-    old["metadata"]["labels"]["kubegan.io/attempt"] = "0"
+    old["metadata"]["labels"][ATTEMPT_LABEL] = "0"
     old["status"] = {
         "phase": "Failed",
-        "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 143}}}],
+        "containerStatuses": [
+            {"name": CONTAINER_NAME, "state": {"terminated": {"exitCode": EXIT_INTERRUPTED}}}
+        ],
     }
     old["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:09Z"
     w.pods["old"] = old

@@ -14,6 +14,7 @@ from kubegan_operator.loading import load_job
 from kubegan_operator.planner import Plan, plan
 from kubegan_operator.render import render_all
 from kubegan_operator.topology import build_inventory
+from kubegan_trainer import contract
 
 from tests.unit.nodes import node
 
@@ -103,8 +104,8 @@ def test_service_configmap_and_ownership() -> None:
     assert svc["metadata"]["name"] == "gan3d-v100"
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
-    assert svc["spec"]["selector"] == {"kubegan.io/job-name": "gan3d-v100"}
-    config = json.loads(objs[1]["data"]["config.json"])
+    assert svc["spec"]["selector"] == {contract.JOB_NAME_LABEL: "gan3d-v100"}
+    config = json.loads(objs[1]["data"][contract.CONFIG_FILE])
     assert config["jobName"] == "gan3d-v100" and config["model"]["name"] == "gan3d"
     for o in objs:
         ref = o["metadata"]["ownerReferences"][0]
@@ -117,7 +118,7 @@ def test_service_configmap_and_ownership() -> None:
             "blockOwnerDeletion": True,
         }
         labels = o["metadata"]["labels"]
-        assert labels["kubegan.io/job-name"] == "gan3d-v100"
+        assert labels[contract.JOB_NAME_LABEL] == "gan3d-v100"
         assert labels["app.kubernetes.io/part-of"] == "kubegan"
         assert labels["app.kubernetes.io/managed-by"] == "kubegan-operator"
 
@@ -144,16 +145,16 @@ def test_pods_identity_gang_and_scheduling() -> None:
     for i, p in enumerate(pods):
         spec = p["spec"]
         assert p["metadata"]["name"] == f"gan3d-v100-worker-{i}"
-        assert p["metadata"]["labels"]["kubegan.io/worker-index"] == str(i)
-        assert p["metadata"]["labels"]["kubegan.io/attempt"] == "2"
+        assert p["metadata"]["labels"][contract.WORKER_INDEX_LABEL] == str(i)
+        assert p["metadata"]["labels"][contract.ATTEMPT_LABEL] == "2"
         assert (spec["hostname"], spec["subdomain"]) == (f"gan3d-v100-worker-{i}", "gan3d-v100")
-        assert spec["schedulingGates"] == [{"name": "kubegan.io/gang"}]
+        assert spec["schedulingGates"] == [{"name": contract.GANG_GATE}]
         assert spec["restartPolicy"] == "Never"
         assert spec["terminationGracePeriodSeconds"] >= 30
         anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert anti == [
             {
-                "labelSelector": {"matchLabels": {"kubegan.io/job-name": "gan3d-v100"}},
+                "labelSelector": {"matchLabels": {contract.JOB_NAME_LABEL: "gan3d-v100"}},
                 "topologyKey": "kubernetes.io/hostname",
             }
         ]
@@ -189,8 +190,8 @@ def test_pods_identity_gang_and_scheduling() -> None:
         assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
         assert c["resources"]["requests"] == {"cpu": "32", "memory": "200Gi", "nvidia.com/gpu": "8"}
         assert {p["name"]: p["containerPort"] for p in c["ports"]} == {
-            "peer": 2222,
-            "metrics": 9090,
+            "peer": contract.TF_WORKER_PORT,
+            "metrics": contract.METRICS_PORT,
         }
 
 
@@ -211,10 +212,9 @@ def test_security_context() -> None:
             assert sc["capabilities"] == {"drop": ["ALL"]}
             assert "privileged" not in sc
             writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
-            assert {"/tmp", "/checkpoints", "/dev/shm"} <= writable
-            assert {"name": "config", "mountPath": "/etc/kubegan", "readOnly": True} in c[
-                "volumeMounts"
-            ]
+            assert {"/tmp", contract.CHECKPOINT_ROOT, "/dev/shm"} <= writable
+            config_mount = {"name": "config", "mountPath": contract.CONFIG_DIR, "readOnly": True}
+            assert config_mount in c["volumeMounts"]
     assert checked == sum(len(by_kind(rendered(*case), "Pod")) for case in CASES.values()) > 4
 
 
@@ -223,24 +223,32 @@ def test_tensorflow_env() -> None:
     assert len(pods) == 4
     for i, p in enumerate(pods):
         env = env_of(p)
-        assert env["KUBEGAN_JOB_NAME"] == "gan3d-v100"
-        assert env["KUBEGAN_NAMESPACE"] == "default"
-        assert env["KUBEGAN_WORKER_INDEX"] == str(i)
-        assert env["KUBEGAN_NUM_WORKERS"] == "4"
-        assert env["KUBEGAN_CONFIG"] == "/etc/kubegan/config.json"
-        assert env["KUBEGAN_CHECKPOINT_DIR"] == "/checkpoints/gan3d-v100/checkpoints"
-        assert env["KUBEGAN_METRICS_PORT"] == "9090"
+        assert env[contract.ENV_JOB_NAME] == "gan3d-v100"
+        assert env[contract.ENV_NAMESPACE] == "default"
+        assert env[contract.ENV_WORKER_INDEX] == str(i)
+        assert env[contract.ENV_NUM_WORKERS] == "4"
+        assert env[contract.ENV_CONFIG] == contract.CONFIG_PATH
+        assert (
+            env[contract.ENV_CHECKPOINT_DIR]
+            == f"{contract.CHECKPOINT_ROOT}/gan3d-v100/{contract.CHECKPOINT_SUBDIR}"
+        )
+        assert env[contract.ENV_METRICS_PORT] == str(contract.METRICS_PORT)
         # 32 V100s on spot, and 4 workers' 32 vCPUs and 200 GiB each at the E2 spot prices.
         cpu_and_memory = 4 * (32 * 0.006543 + 200 * 0.000877)
-        assert float(env["KUBEGAN_COST_RATE_PER_HOUR"]) == pytest.approx(32 * 0.82 + cpu_and_memory)
-        tf_config = json.loads(env["TF_CONFIG"])
+        assert float(env[contract.ENV_COST_RATE_PER_HOUR]) == pytest.approx(
+            32 * 0.82 + cpu_and_memory
+        )
+        tf_config = json.loads(env[contract.ENV_TF_CONFIG])
         assert tf_config == {
             "cluster": {
-                "worker": [f"gan3d-v100-worker-{j}.gan3d-v100.default.svc:2222" for j in range(4)]
+                "worker": [
+                    f"gan3d-v100-worker-{j}.gan3d-v100.default.svc:{contract.TF_WORKER_PORT}"
+                    for j in range(4)
+                ]
             },
             "task": {"type": "worker", "index": i},
         }
-        assert "MASTER_ADDR" not in env
+        assert contract.ENV_MASTER_ADDR not in env
 
 
 def test_pytorch_env() -> None:
@@ -248,12 +256,17 @@ def test_pytorch_env() -> None:
     assert len(pods) == 2
     for i, p in enumerate(pods):
         env = env_of(p)
-        assert env["MASTER_ADDR"] == "pix2pix-aks-worker-0.pix2pix-aks.default.svc"
-        assert env["MASTER_PORT"] == "29500"
-        assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("2", str(i), "4")
-        assert "TF_CONFIG" not in env
-        c = p["spec"]["containers"][0]
-        assert {"name": "data", "mountPath": "/data", "readOnly": True} in c["volumeMounts"]
+        assert env[contract.ENV_MASTER_ADDR] == "pix2pix-aks-worker-0.pix2pix-aks.default.svc"
+        assert env[contract.ENV_MASTER_PORT] == str(contract.TORCH_MASTER_PORT)
+        ranks = (
+            env[contract.ENV_NNODES],
+            env[contract.ENV_NODE_RANK],
+            env[contract.ENV_NPROC_PER_NODE],
+        )
+        assert ranks == ("2", str(i), "4")
+        assert contract.ENV_TF_CONFIG not in env
+        mounts = p["spec"]["containers"][0]["volumeMounts"]
+        assert {"name": "data", "mountPath": contract.DATA_ROOT, "readOnly": True} in mounts
         vols = {v["name"]: v for v in p["spec"]["volumes"]}
         assert vols["data"]["persistentVolumeClaim"] == {"claimName": "facades", "readOnly": True}
         assert vols["checkpoints"]["persistentVolumeClaim"] == {"claimName": "pix2pix-checkpoints"}
@@ -266,7 +279,7 @@ def test_cpu_workers_have_no_gpu_request() -> None:
     for p in pods:
         c = p["spec"]["containers"][0]
         assert "nvidia.com/gpu" not in json.dumps(c["resources"])
-        assert env_of(p)["NPROC_PER_NODE"] == "1"
+        assert env_of(p)[contract.ENV_NPROC_PER_NODE] == "1"
         assert not any(t["key"] == "nvidia.com/gpu" for t in p["spec"]["tolerations"])
         vols = {v["name"]: v for v in p["spec"]["volumes"]}
         assert vols["checkpoints"] == {"name": "checkpoints", "emptyDir": {}}
@@ -278,8 +291,8 @@ def test_tpu_env_and_resources() -> None:
     hosts = ",".join(f"acgan-tpu-worker-{j}.acgan-tpu.default.svc" for j in range(4))
     for i, p in enumerate(pods):
         env = env_of(p)
-        assert env["TPU_WORKER_ID"] == str(i)
-        assert env["TPU_WORKER_HOSTNAMES"] == hosts
+        assert env[contract.ENV_TPU_WORKER_ID] == str(i)
+        assert env[contract.ENV_TPU_WORKER_HOSTNAMES] == hosts
         c = p["spec"]["containers"][0]
         assert c["resources"]["limits"] == {"google.com/tpu": "4"}
         assert any(t["key"] == "google.com/tpu" for t in p["spec"]["tolerations"])

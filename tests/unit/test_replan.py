@@ -15,6 +15,7 @@ from kubegan_operator.reconcile import REPLAN_AFTER_SECONDS
 from kubegan_operator.render import render_pod
 from kubegan_operator.replan import PinnedWorker, unbindable
 from kubegan_operator.topology import NodeInfo, node_capacity
+from kubegan_trainer.contract import PLANNED_NODE_ANNOTATION
 
 from tests.unit.cache_world import Indexes, pod_body
 from tests.unit.nodes import node
@@ -74,12 +75,12 @@ def test_the_view_counts_only_pods_bound_by_other_jobs() -> None:
     key = ("ns", "g")
     idx.add_node(node("n0"))
     mine = pod_body("g", 0)
-    mine["metadata"]["annotations"] = {"kubegan.io/planned-node": "n0"}
+    mine["metadata"]["annotations"] = {PLANNED_NODE_ANNOTATION: "n0"}
     idx.add_pod(mine)
     assert view.unbindable(key, view.pods(key)) is None
     # Another job's worker planned on n0 but not bound: whoever is bound first keeps it.
     theirs = pod_body("h", 0)
-    theirs["metadata"]["annotations"] = {"kubegan.io/planned-node": "n0"}
+    theirs["metadata"]["annotations"] = {PLANNED_NODE_ANNOTATION: "n0"}
     idx.add_pod(theirs)
     assert view.unbindable(key, view.pods(key)) is None
     idx.add_pod(pod_body("h", 0, node="n0"))  # bound there now

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from kubegan_operator.cli import main
+from kubegan_trainer.contract import TF_WORKER_PORT, TORCH_MASTER_PORT, TPU_WORKER_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -234,10 +235,10 @@ BAD_INPUTS: list[tuple[str, str | bytes, list[str]]] = [
     ),
     (
         "metrics port on a peer port",
-        with_changes(spec__monitoring={"metricsPort": 29500}),
+        with_changes(spec__monitoring={"metricsPort": TORCH_MASTER_PORT}),
         [
             "spec.monitoring.metricsPort: metricsPort must differ from the workers' peer ports "
-            "2222, 8471 and 29500"
+            f"{TF_WORKER_PORT}, {TPU_WORKER_PORT} and {TORCH_MASTER_PORT}"
         ],
     ),
     (

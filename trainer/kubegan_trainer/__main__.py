@@ -17,8 +17,9 @@ from pydantic import ValidationError
 
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import FIELD_PROBLEMS, TrainerConfig
+from kubegan_trainer.contract import CONFIG_FILE, ENV_CONFIG, EXIT_USER_ERROR
 from kubegan_trainer.entrypoints import load_entrypoint
-from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import regular_file_problem
 
 BACKENDS = {"pytorch": "kubegan_trainer.torch_backend", "tensorflow": "kubegan_trainer.tf_backend"}
@@ -35,11 +36,11 @@ def configure_logging() -> None:
 
 def load_config(path: str) -> TrainerConfig:
     if not path:  # Path("") is ".", a directory: say what is really wrong
-        raise TrainerError("KUBEGAN_CONFIG: empty; set it to the job's config.json")
+        raise TrainerError(f"{ENV_CONFIG}: empty; set it to the job's {CONFIG_FILE}")
     p = Path(path)
     problem = regular_file_problem(p)  # a FIFO would block the read
     if problem is not None:
-        raise TrainerError(f"KUBEGAN_CONFIG: {p} {problem}")
+        raise TrainerError(f"{ENV_CONFIG}: {p} {problem}")
     try:
         return TrainerConfig.from_file(p)
     except ValidationError as err:
@@ -47,9 +48,9 @@ def load_config(path: str) -> TrainerConfig:
         if first["type"] == FIELD_PROBLEMS:  # e.g. model options: the lines `validate` prints
             raise TrainerError(first["ctx"]["message"]) from None
         where = ".".join(str(x) for x in first["loc"])
-        raise TrainerError(f"KUBEGAN_CONFIG: {p}: {where}: {first['msg']}") from None
+        raise TrainerError(f"{ENV_CONFIG}: {p}: {where}: {first['msg']}") from None
     except ValueError as err:  # JSON syntax
-        raise TrainerError(f"KUBEGAN_CONFIG: {p} is not valid JSON ({err})") from None
+        raise TrainerError(f"{ENV_CONFIG}: {p} is not valid JSON ({err})") from None
 
 
 def load_backend(framework: str):  # -> module with run(env, config) -> int

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from kubegan_trainer.contract import CHECKPOINT_ROOT, DATA_ROOT, METRICS_PORT
 from kubegan_trainer.model_options import option_problems, problem_lines
 
 # The apiserver's integers are int64: a larger number in a job can never reach a cluster.
@@ -189,7 +190,7 @@ class DataSpec(ApiModel):
         default="",
         max_length=253,
         pattern=CLAIM_NAME_PATTERN,
-        description="Optional PersistentVolumeClaim mounted read-only at /data.",
+        description=f"Optional PersistentVolumeClaim mounted read-only at {DATA_ROOT}.",
     )
 
 
@@ -226,7 +227,7 @@ class CheckpointSpec(ApiModel):
         default="",
         max_length=253,
         pattern=CLAIM_NAME_PATTERN,
-        description="PVC mounted at /checkpoints; empty means no resume across pods.",
+        description=f"PVC mounted at {CHECKPOINT_ROOT}; empty means no resume across pods.",
     )
     interval_epochs: int = Field(default=1, ge=1, le=INT64_MAX)
     interval_minutes: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(
@@ -236,7 +237,7 @@ class CheckpointSpec(ApiModel):
 
 
 class MonitoringSpec(ApiModel):
-    metrics_port: int = Field(default=9090, ge=1024, le=65535)
+    metrics_port: int = Field(default=METRICS_PORT, ge=1024, le=65535)
 
 
 class TrainerConfig(ApiModel):

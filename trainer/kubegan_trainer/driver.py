@@ -34,8 +34,9 @@ from kubegan_trainer import termination, testhooks
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.contract import EXIT_INTERRUPTED
 from kubegan_trainer.data.build import held_out_pairs
-from kubegan_trainer.errors import EXIT_INTERRUPTED, TrainerError
+from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule
 from kubegan_trainer.quality import Quality, quality_for
 from kubegan_trainer.reporting import Reporter

@@ -25,6 +25,14 @@ from typing import Any, TextIO
 
 from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env, visible_gpus
 from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.contract import (
+    CHECKPOINT_SUBDIR,
+    CONFIG_FILE,
+    ENV_METRICS_ADDR,
+    ENV_METRICS_PORT,
+    EXIT_STOPPED,
+    LOCAL_ADDR,
+)
 from kubegan_trainer.lifeline import parent_death_hook
 from kubegan_trainer.metrics import MetricsLog
 from kubegan_trainer.ports import reserve_port, reserve_ports
@@ -33,7 +41,6 @@ from kubegan_trainer.resume_config import record_config
 from kubegan_trainer.rundir import claim_run_dir
 from kubegan_trainer.summary import progress_bar_for, summary_table
 
-EXIT_STOPPED = 130
 KILL_GRACE_SECONDS = 30.0
 
 
@@ -48,7 +55,7 @@ def worker_environments(
     config_path: Path,
 ) -> list[dict[str, str]]:
     """The §4 environment of every local worker (plus thread and GPU pinning)."""
-    hosts = [f"127.0.0.1:{port}" for port in reserve_ports(workers)]
+    hosts = [f"{LOCAL_ADDR}:{port}" for port in reserve_ports(workers)]
     metrics_port = reserve_port(config.monitoring.metrics_port)
     procs = workers * max(1, gpus_per_worker)
     threads = max(1, (os.cpu_count() or 1) // procs)  # don't oversubscribe the cores
@@ -63,7 +70,7 @@ def worker_environments(
             index=i,
             gpus_per_worker=gpus_per_worker,
             config_path=str(config_path),
-            checkpoint_dir=str(output_dir / "checkpoints"),
+            checkpoint_dir=str(output_dir / CHECKPOINT_SUBDIR),
             output_dir=str(output_dir),
             metrics_port=metrics_port,
             cost_rate_per_hour=cost_rate_per_hour,
@@ -72,7 +79,7 @@ def worker_environments(
         env.update(build_worker_env(topo))
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env["PYTHONUNBUFFERED"] = "1"
-        env["KUBEGAN_METRICS_ADDR"] = "127.0.0.1"  # what the banner promises: not the LAN
+        env[ENV_METRICS_ADDR] = LOCAL_ADDR  # what the banner promises: not the LAN
         env["TORCH_CPP_LOG_LEVEL"] = env.get("TORCH_CPP_LOG_LEVEL", "ERROR")
         # Slices of the devices this process may use: a user's CUDA_VISIBLE_DEVICES is kept.
         visible = visible_gpus(os.environ)
@@ -183,7 +190,7 @@ def _run_locked(
     console = _Console(out)
     changed = record_config(output_dir, config.to_api(), allow_change=allow_config_change)
     (output_dir / "logs").mkdir(parents=True, exist_ok=True)
-    config_path = output_dir / "config.json"
+    config_path = output_dir / CONFIG_FILE
     envs = worker_environments(
         config,
         workers=workers,
@@ -200,7 +207,7 @@ def _run_locked(
         f"({'GPU' if gpus_per_worker else 'CPU'}), output {output_dir}"
     )
     console.line(
-        f"metrics on http://127.0.0.1:{envs[0]['KUBEGAN_METRICS_PORT']}/metrics, "
+        f"metrics on http://{LOCAL_ADDR}:{envs[0][ENV_METRICS_PORT]}/metrics, "
         f"logs in {output_dir / 'logs'}"
     )
     if changed:
@@ -259,7 +266,7 @@ def _run_locked(
         console.line("")
         console.line(summary_table(rows, unreadable))  # a note line for rows it leaves out
         console.line(
-            f"\nsamples: {output_dir / 'samples'}  checkpoints: {output_dir / 'checkpoints'}"
+            f"\nsamples: {output_dir / 'samples'}  checkpoints: {output_dir / CHECKPOINT_SUBDIR}"
         )
     elif stop_requests:
         console.line(f"stopped; run again with the same output directory ({output_dir}) to resume")

@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
+from kubegan_trainer import contract
 from kubegan_trainer.files import read_regular
 
 log = logging.getLogger(__name__)
@@ -26,22 +27,7 @@ METRICS_FILE = "metrics.jsonl"
 # from exhausting rank 0 or `kubegan run`.
 METRICS_MAX_BYTES = 1 << 30
 
-METRIC_NAMES = (
-    "kubegan_epoch_duration_seconds",
-    "kubegan_epoch",
-    "kubegan_step_duration_seconds",
-    "kubegan_samples_per_second",
-    "kubegan_generator_loss",
-    "kubegan_discriminator_loss",
-    "kubegan_epoch_cost_dollars",
-    "kubegan_checkpoint_duration_seconds",
-    # beyond DESIGN §6: the latest checkpoint's position, for status.lastCheckpoint
-    "kubegan_checkpoint_epoch",
-    "kubegan_checkpoint_step",
-    "kubegan_checkpoint_timestamp_seconds",
-    # issue 14: GAN quality per epoch, one series per metric (quality.py names them)
-    "kubegan_quality",
-)
+METRIC_NAMES = contract.TRAINER_METRICS  # DESIGN §6, and a few beyond it (the contract's)
 
 # Epochs range from seconds (digits on a laptop) to half an hour (3DGAN on 2 GPUs).
 _EPOCH_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
@@ -162,8 +148,8 @@ class TrainerMetrics:
 
     def __init__(self, job_name: str, namespace: str) -> None:
         self.registry = CollectorRegistry()
-        labels = ("ganjob", "namespace")
-        self._labels = {"ganjob": job_name, "namespace": namespace}
+        labels = (contract.JOB_LABEL, contract.NAMESPACE_LABEL)
+        self._labels = dict(zip(labels, (job_name, namespace), strict=True))
 
         def hist(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
             return Histogram(name, doc, labels, buckets=tuple(buckets), registry=self.registry)
@@ -172,26 +158,26 @@ class TrainerMetrics:
             return Gauge(name, doc, labels, registry=self.registry)
 
         self.epoch_duration = hist(
-            "kubegan_epoch_duration_seconds", "Wall time of one epoch.", _EPOCH_BUCKETS
+            contract.EPOCH_DURATION, "Wall time of one epoch.", _EPOCH_BUCKETS
         ).labels(**self._labels)
-        self.epoch = gauge("kubegan_epoch", "Last finished epoch (1-based).").labels(**self._labels)
+        self.epoch = gauge(contract.EPOCH, "Last finished epoch (1-based).").labels(**self._labels)
         self.step_duration = hist(
-            "kubegan_step_duration_seconds", "Wall time of one optimizer step.", _STEP_BUCKETS
+            contract.STEP_DURATION, "Wall time of one optimizer step.", _STEP_BUCKETS
         ).labels(**self._labels)
         self.samples_per_second = gauge(
-            "kubegan_samples_per_second", "Global training throughput of the last epoch."
+            contract.SAMPLES_PER_SECOND, "Global training throughput of the last epoch."
         ).labels(**self._labels)
         self.generator_loss = gauge(
-            "kubegan_generator_loss", "Mean generator loss of the last epoch."
+            contract.GENERATOR_LOSS, "Mean generator loss of the last epoch."
         ).labels(**self._labels)
         self.discriminator_loss = gauge(
-            "kubegan_discriminator_loss", "Mean discriminator loss of the last epoch."
+            contract.DISCRIMINATOR_LOSS, "Mean discriminator loss of the last epoch."
         ).labels(**self._labels)
         self.epoch_cost = gauge(
-            "kubegan_epoch_cost_dollars", "Cost of the last epoch at the job's hourly rate."
+            contract.EPOCH_COST, "Cost of the last epoch at the job's hourly rate."
         ).labels(**self._labels)
         self.checkpoint_duration = hist(
-            "kubegan_checkpoint_duration_seconds",
+            contract.CHECKPOINT_DURATION,
             "Time to write one checkpoint.",
             _CHECKPOINT_BUCKETS,
         ).labels(**self._labels)
@@ -199,17 +185,17 @@ class TrainerMetrics:
         # Where the latest checkpoint resumes (epochs done, steps into the next): the operator
         # copies these into the job's status.lastCheckpoint.
         self.checkpoint_epoch = gauge(
-            "kubegan_checkpoint_epoch", "Epochs completed at the latest checkpoint."
+            contract.CHECKPOINT_EPOCH, "Epochs completed at the latest checkpoint."
         ).labels(**self._labels)
         self.checkpoint_step = gauge(
-            "kubegan_checkpoint_step", "Steps into the next epoch at the latest checkpoint."
+            contract.CHECKPOINT_STEP, "Steps into the next epoch at the latest checkpoint."
         ).labels(**self._labels)
         self.checkpoint_time = gauge(
-            "kubegan_checkpoint_timestamp_seconds", "Unix time of the latest checkpoint."
+            contract.CHECKPOINT_TIMESTAMP, "Unix time of the latest checkpoint."
         ).labels(**self._labels)
         # `metric` is bounded: the few names a model family reports (quality.py).
         self.quality = Gauge(
-            "kubegan_quality",
+            contract.QUALITY,
             "GAN quality of the last epoch against real data, by metric.",
             (*labels, "metric"),
             registry=self.registry,
@@ -229,7 +215,7 @@ class TrainerMetrics:
         self.checkpoint_step.set(step)
         self.checkpoint_time.set(created)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> bool:
+    def serve(self, port: int, addr: str = contract.METRICS_ADDR) -> bool:
         """Start the HTTP endpoint; a busy port is a warning, never a training failure."""
         try:
             start_http_server(port, addr=addr, registry=self.registry)

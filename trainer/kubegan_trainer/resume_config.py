@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kubegan_trainer.contract import CHECKPOINT_SUBDIR, CONFIG_FILE
 from kubegan_trainer.errors import TrainerError
 
-CONFIG_FILE = "config.json"
 HISTORY_FILE = "config-history.jsonl"
 # Sections whose change alters what the checkpoints mean. Not compared: epochs (running
 # longer is how a finished run is extended), checkpoint cadence, monitoring, strategy.
@@ -50,7 +50,7 @@ def _trained(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def has_checkpoints(output_dir: Path) -> bool:
-    ckpts = output_dir / "checkpoints"
+    ckpts = output_dir / CHECKPOINT_SUBDIR
     return ckpts.is_dir() and any(p.name.startswith("ckpt-") for p in ckpts.iterdir())
 
 

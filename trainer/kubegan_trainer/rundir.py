@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubegan_trainer.contract import CHECKPOINT_SUBDIR, CONFIG_FILE
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import file_kind
 
@@ -34,8 +35,8 @@ LOCK_FILE = ".kubegan.lock"
 # What kubegan run writes at the top of its directory, and of which type. An owned
 # directory holding one of these names as anything else (a symlink to the user's files,
 # a FIFO) is refused: writing or pruning there would reach outside the run.
-RUN_FILES = ("config.json", "config-history.jsonl", "metrics.jsonl", "progress.json", LOCK_FILE)
-RUN_DIRS = ("checkpoints", "logs", "samples")
+RUN_FILES = (CONFIG_FILE, "config-history.jsonl", "metrics.jsonl", "progress.json", LOCK_FILE)
+RUN_DIRS = (CHECKPOINT_SUBDIR, "logs", "samples")
 _CHOOSE = "refusing to write into it (choose a new or empty --output)"
 
 

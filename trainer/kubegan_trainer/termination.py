@@ -9,29 +9,26 @@ written where the file exists (Kubernetes creates it in every container; not on 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 from pathlib import Path
 
 from kubegan_trainer.checkpoint import Position
+from kubegan_trainer.contract import ENV_TERMINATION_LOG, TERMINATION_LOG_PATH, termination_message
 
 log = logging.getLogger(__name__)
 
-PATH_ENV = "KUBEGAN_TERMINATION_LOG"  # tests point it elsewhere
-DEFAULT_PATH = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
-
 
 def write(saved: Position | None) -> None:
-    path = Path(os.environ.get(PATH_ENV, DEFAULT_PATH))
+    path = Path(os.environ.get(ENV_TERMINATION_LOG, TERMINATION_LOG_PATH))
     if saved is None or not path.is_file():
         return
-    message = {"checkpoint": {"epoch": saved.epoch, "step": saved.step, "time": time.time()}}
+    message = termination_message(saved.epoch, saved.step, time.time())
     try:
         # O_TRUNC without O_CREAT: only the file Kubernetes made, never a new one.
         fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(message))
+            f.write(message)
     except OSError as err:  # the message is a courtesy; the checkpoint is already safe
         log.warning("termination message not written to %s: %s", path, err)

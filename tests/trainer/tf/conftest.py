@@ -5,5 +5,7 @@ from __future__ import annotations
 
 import os
 
+from kubegan_trainer.contract import ENV_TF_LOGICAL_CPUS
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ["KUBEGAN_TF_LOGICAL_CPUS"] = "2"
+os.environ[ENV_TF_LOGICAL_CPUS] = "2"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubegan_trainer.contract import ENV_TF_LOGICAL_CPUS
 from kubegan_trainer.progress import read_progress
 
 from tests.trainer.tf.tfutil import REPO
@@ -39,7 +40,7 @@ def _start(job: Path, out: Path) -> subprocess.Popen[str]:
         **os.environ,
         "PYTHONPATH": str(REPO / "trainer"),
         "TF_CPP_MIN_LOG_LEVEL": "2",
-        "KUBEGAN_TF_LOGICAL_CPUS": "",
+        ENV_TF_LOGICAL_CPUS: "",
     }
     return subprocess.Popen(
         [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],

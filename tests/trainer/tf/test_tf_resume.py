@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kubegan_trainer.contract import EXIT_INTERRUPTED
 from kubegan_trainer.driver import Hooks
-from kubegan_trainer.errors import EXIT_INTERRUPTED
 
 from tests.trainer.tf.tfutil import RunResult, run_workers, tf_config, trainer
 

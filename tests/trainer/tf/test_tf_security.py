@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from kubegan_trainer.checkpoint import Position
-from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+from kubegan_trainer.contract import EXIT_USER_ERROR
+from kubegan_trainer.errors import TrainerError
 
 from tests.trainer.tf.tfutil import run_workers, tf_config, trainer
 

@@ -10,6 +10,13 @@ from typing import Any
 import numpy as np
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
+from kubegan_trainer.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CONFIG,
+    ENV_METRICS_PORT,
+    ENV_OUTPUT_DIR,
+    ENV_TF_LOGICAL_CPUS,
+)
 
 from tests.trainer.workers import launch_workers
 
@@ -57,10 +64,10 @@ def tf_config(
 def env_for(tmp: Path) -> ClusterEnv:
     return ClusterEnv.from_environ(
         {
-            "KUBEGAN_CHECKPOINT_DIR": str(tmp / "checkpoints"),
-            "KUBEGAN_OUTPUT_DIR": str(tmp),
-            "KUBEGAN_CONFIG": str(tmp / "config.json"),
-            "KUBEGAN_METRICS_PORT": "0",
+            ENV_CHECKPOINT_DIR: str(tmp / "checkpoints"),
+            ENV_OUTPUT_DIR: str(tmp),
+            ENV_CONFIG: str(tmp / "config.json"),
+            ENV_METRICS_PORT: "0",
         }
     )
 
@@ -102,7 +109,7 @@ def run_workers(
         output,
         workers=workers,
         env={
-            "KUBEGAN_TF_LOGICAL_CPUS": "",
+            ENV_TF_LOGICAL_CPUS: "",
             "TF_CPP_MIN_LOG_LEVEL": "2",
             "KUBEGAN_TEST_BATCH_TRACE": str(output / "trace"),
             "KUBEGAN_TEST_DUMP_WEIGHTS": str(output / "weights"),

@@ -22,11 +22,15 @@ import tensorflow as tf
 
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import Strategy, TrainerConfig
+from kubegan_trainer.contract import (
+    ENV_TF_CONFIG,
+    ENV_TF_LOGICAL_CPUS,
+    ENV_TPU_WORKER_HOSTNAMES,
+    ENV_TPU_WORKER_ID,
+)
 from kubegan_trainer.errors import TrainerError
 
 log = logging.getLogger("kubegan_trainer")
-
-LOGICAL_CPUS_ENV = "KUBEGAN_TF_LOGICAL_CPUS"
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,15 @@ class StrategyInfo:
 
 
 def _logical_cpu_devices() -> list[str] | None:
-    raw = os.environ.get(LOGICAL_CPUS_ENV, "")
+    raw = os.environ.get(ENV_TF_LOGICAL_CPUS, "")
     if not raw:
         return None
     try:
         n = int(raw)
     except ValueError:
-        raise TrainerError(f"{LOGICAL_CPUS_ENV}: expected an integer, got {raw!r}") from None
+        raise TrainerError(f"{ENV_TF_LOGICAL_CPUS}: expected an integer, got {raw!r}") from None
     if n < 1:
-        raise TrainerError(f"{LOGICAL_CPUS_ENV}: must be >= 1, got {n}")
+        raise TrainerError(f"{ENV_TF_LOGICAL_CPUS}: must be >= 1, got {n}")
     cpu = tf.config.list_physical_devices("CPU")[0]
     # RuntimeError: already initialised (a second run in one process): keep what exists.
     with contextlib.suppress(RuntimeError):
@@ -88,7 +92,7 @@ def make_strategy(config: TrainerConfig, env: ClusterEnv) -> StrategyInfo:
     workers = _tf_config_workers(env)
     if choice == Strategy.mirrored and workers > 1:
         raise TrainerError(
-            f"spec.strategy: mirrored runs on one worker, but TF_CONFIG lists {workers}; "
+            f"spec.strategy: mirrored runs on one worker, but {ENV_TF_CONFIG} lists {workers}; "
             "use auto or multi-worker"
         )
     cpus = _logical_cpu_devices()
@@ -141,7 +145,10 @@ def tpu_resolver_args(env: ClusterEnv) -> str:
 
 def _tpu_strategy(env: ClusterEnv) -> StrategyInfo:
     hosts = env.tpu_worker_hostnames
-    where = f"TPU_WORKER_ID={env.tpu_worker_id}, TPU_WORKER_HOSTNAMES={','.join(hosts) or '-'}"
+    where = (
+        f"{ENV_TPU_WORKER_ID}={env.tpu_worker_id}, "
+        f"{ENV_TPU_WORKER_HOSTNAMES}={','.join(hosts) or '-'}"
+    )
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_resolver_args(env))
         tf.config.experimental_connect_to_cluster(resolver)

@@ -18,7 +18,14 @@ from types import FrameType
 
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.errors import EXIT_USER_ERROR, TrainerError
+from kubegan_trainer.contract import (
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_NNODES,
+    ENV_NPROC_PER_NODE,
+    EXIT_USER_ERROR,
+)
+from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.signals import StopFlag
 
 log = logging.getLogger("kubegan_trainer")
@@ -32,7 +39,7 @@ def run(env: ClusterEnv, config: TrainerConfig) -> int:
 
     if not torch.cuda.is_available() or torch.cuda.device_count() < nproc:
         raise TrainerError(
-            f"NPROC_PER_NODE: {nproc} processes need {nproc} visible GPUs, found "
+            f"{ENV_NPROC_PER_NODE}: {nproc} processes need {nproc} visible GPUs, found "
             f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}"
         )
     ctx = mp.get_context("spawn")
@@ -108,7 +115,10 @@ def worker(
     backend = "nccl" if cuda else "gloo"
     if world > 1:
         if not env.master_addr or env.master_port is None:
-            raise TrainerError("MASTER_ADDR/MASTER_PORT: required when NNODES x NPROC_PER_NODE > 1")
+            raise TrainerError(
+                f"{ENV_MASTER_ADDR}/{ENV_MASTER_PORT}: required when "
+                f"{ENV_NNODES} x {ENV_NPROC_PER_NODE} > 1"
+            )
         dist.init_process_group(
             backend,
             init_method=f"tcp://{env.master_addr}:{env.master_port}",
