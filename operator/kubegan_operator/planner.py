@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubegan_trainer.config import Framework, Strategy
+from kubegan_trainer.config import Strategy
+from kubegan_trainer.distribution import decide_strategy
 
 from kubegan_operator.api import GANTrainingJobSpec, SpotPolicy
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable, WorkerRequest, cost_per_hour
@@ -241,13 +242,9 @@ def choose_nodes(candidates: Sequence[NodeInfo], workers: int, per_worker: int) 
 
 
 def resolve_strategy(spec: GANTrainingJobSpec, workers: int) -> str:
-    if spec.framework == Framework.pytorch:
-        return "ddp"
-    if spec.resources.tpu is not None:
-        return "tpu"
-    if spec.strategy != Strategy.auto:
-        return spec.strategy.value
-    return "mirrored" if workers == 1 else "multi-worker"
+    """The trainer's own decision (kubegan_trainer.distribution), for this job's shape."""
+    tpu = spec.resources.tpu is not None
+    return decide_strategy(spec.framework, spec.strategy, workers, tpu)
 
 
 def _skipped_summary(skipped: Sequence[tuple[str, str]]) -> str:
@@ -376,7 +373,7 @@ def _plan_tpu(
         detail = "; ".join(notes) if notes else "no eligible node carries those TPU labels"
         return Plan(
             False,
-            strategy="tpu",
+            strategy=resolve_strategy(spec, 0),
             reason=f"no free TPU slice {tpu.accelerator} {tpu.topology}{_filters(spec)}: "
             f"{detail}." + _skipped_summary(skipped),
         )
@@ -440,7 +437,7 @@ def static_plan(spec: GANTrainingJobSpec, prices: PriceTable = DEFAULT_PRICES) -
             # The API's topology pattern refuses such shapes; never round a slice down.
             return Plan(
                 False,
-                strategy="tpu",
+                strategy=resolve_strategy(spec, 0),
                 reason=f"spec.resources.tpu.topology: {r.tpu.topology} ({chips} chips) is not "
                 f"a whole number of {per_host}-chip hosts",
             )
@@ -455,7 +452,7 @@ def static_plan(spec: GANTrainingJobSpec, prices: PriceTable = DEFAULT_PRICES) -
             True,
             workers=hosts,
             tpu_chips_per_worker=per_host,
-            strategy="tpu",
+            strategy=resolve_strategy(spec, hosts),
             accelerator=r.tpu.accelerator,
             cost_per_hour=price,
         )
