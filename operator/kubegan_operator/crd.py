@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from kubegan_trainer.model_options import MODELS, Kind, Option, unknown_reason
 
+from kubegan_operator import cel
 from kubegan_operator.api import (
     CROSS_FIELD_RULES,
     DNS_1035_PATTERN,
@@ -50,13 +51,6 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
-
-
-def _cel_string(text: str) -> str:
-    """A CEL raw string literal (regex backslashes kept as they are)."""
-    if "'" in text:
-        raise ValueError(f"cannot quote {text!r} for CEL")
-    return f"r'{text}'"
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
@@ -120,7 +114,7 @@ def _key_rules_as_cel(node: dict[str, Any]) -> None:
     key_rules = []
     for pattern, value_schema in (node.pop("patternProperties", None) or {}).items():
         node["additionalProperties"] = value_schema
-        key_rules.append(f"k.matches({_cel_string(pattern)})")
+        key_rules.append(f"k.matches({cel.raw_string(pattern)})")
     names = node.pop("propertyNames", None) or {}
     if "maxLength" in names:
         key_rules.insert(0, f"k.size() <= {names['maxLength']}")
@@ -187,15 +181,17 @@ def declared_options() -> dict[str, list[tuple[str, Option]]]:
 
 
 def _loosest(options: list[Option]) -> Option:
-    """One option accepting what any of `options` accepts (the schema of a shared name)."""
+    """One option accepting what any of `options` accepts (the schema of a shared name).
+    Choices keep their bounds too, so that a model whose choices are all of them (pix2pix's
+    imageSize) has the schema's constraint and gets no CEL rule the schema makes dead."""
     first = options[0]
-    if all(o.choices for o in options):
-        choices = tuple(sorted({c for o in options for c in o.choices}))
-        return Option(first.name, first.kind, None, first.meaning, choices=choices)
     bounds = [o.minimum for o in options], [o.maximum for o in options]
     lo = None if None in bounds[0] else min(bounds[0])  # type: ignore[type-var]
     hi = None if None in bounds[1] else max(bounds[1])  # type: ignore[type-var]
-    return Option(first.name, first.kind, None, first.meaning, lo, hi)
+    choices: tuple[Any, ...] = ()
+    if all(o.choices for o in options):
+        choices = tuple(sorted({c for o in options for c in o.choices}))
+    return Option(first.name, first.kind, None, first.meaning, lo, hi, choices)
 
 
 def _option_schema(option: Option) -> dict[str, Any]:
@@ -210,18 +206,10 @@ def _option_schema(option: Option) -> dict[str, Any]:
     return node
 
 
-def _cel_literal(value: Any) -> str:
-    if isinstance(value, str):
-        if "'" in value or "\\" in value:
-            raise ValueError(f"cannot quote {value!r} for CEL")
-        return f"'{value}'"
-    return repr(value)
-
-
 def _cel_holds(option: Option, field: str) -> str:
     """A CEL expression true when `field` (present) is a value `option` accepts."""
     if option.choices:
-        return f"{field} in [{', '.join(_cel_literal(c) for c in option.choices)}]"
+        return cel.one_of(field, option.choices)
     size = f"{field}.size()" if option.kind is Kind.string else field
     # A number field compares with double literals: CEL does not mix int and double.
     cast = float if option.kind is Kind.number else int
@@ -233,11 +221,7 @@ def _cel_holds(option: Option, field: str) -> str:
 
 
 def _rule(models: list[str], name: str, test: str, message: str) -> dict[str, Any]:
-    which = (
-        f"self.name != {_cel_literal(models[0])}"
-        if len(models) == 1
-        else f"!(self.name in [{', '.join(_cel_literal(m) for m in models)}])"
-    )
+    which = cel.none_of("self.name", models)
     return {
         "rule": f"{which} || !has(self.options.{name}){f' || ({test})' if test else ''}",
         "message": message,
@@ -343,7 +327,11 @@ def crd() -> dict[str, Any]:
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                # name declared so that the rule below can name it (fieldPath)
+                                "metadata": {
+                                    "type": "object",
+                                    "properties": {"name": {"type": "string"}},
+                                },
                                 "spec": spec_schema(),
                                 "status": status_schema(),
                             },
@@ -353,6 +341,7 @@ def crd() -> dict[str, Any]:
                                     "message": f"metadata.name must be a DNS-1035 label of at "
                                     f"most {MAX_NAME_LENGTH} characters so that "
                                     "'<name>-worker-<index>' is a valid pod name",
+                                    "fieldPath": ".metadata.name",
                                 }
                             ],
                         }
