@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
@@ -35,6 +35,7 @@ from kubegan_trainer.contract import PEER_PORTS, WORKER_SUFFIX
 from pydantic import Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from kubegan_operator import cel
 from kubegan_operator.topology import parse_quantity
 
 GROUP = "kubegan.io"
@@ -270,6 +271,69 @@ def _exactly_one_shape(s: GANTrainingJobSpec) -> bool:
     return sum(x is not None for x in (r.gpus, r.workers, r.tpu)) == 1
 
 
+def _listed(values: Iterable[object], last: str) -> str:
+    """`a`, `a and b`, `a, b and c` (or "or")."""
+    words = [str(v) for v in values]
+    return f"{', '.join(words[:-1])} {last} {words[-1]}" if len(words) > 1 else "".join(words)
+
+
+# The strategies that run on a TPU slice.
+TPU_STRATEGIES = (Strategy.tpu, Strategy.auto)
+# Why a source does not suit a model, where the table's sets need saying.
+_SOURCE_WHY = {DataSource.digits: "digits are 8x8 images; "}
+
+
+def framework_rules(
+    table: Mapping[Framework, frozenset[ModelName]] = MODELS_BY_FRAMEWORK,
+) -> tuple[CrossFieldRule, ...]:
+    """spec.model.name: one rule per set of frameworks that run some models but not all of
+    them, written from the table (`MODELS_BY_FRAMEWORK`)."""
+    groups: dict[tuple[Framework, ...], list[ModelName]] = {}
+    for model in ModelName:
+        frameworks = tuple(f for f in Framework if model in table[f])
+        if len(frameworks) < len(Framework):
+            groups.setdefault(frameworks, []).append(model)
+    return tuple(
+        CrossFieldRule(
+            ".model.name",
+            f"{_listed(models, 'and')} {'is' if len(models) == 1 else 'are'} only available "
+            f"with framework {_listed(frameworks, 'or')}",
+            f"{cel.none_of('self.model.name', models)} || "
+            f"{cel.one_of('self.framework', frameworks)}",
+            lambda s, models=models, frameworks=frameworks: (
+                s.model.name not in models or s.framework in frameworks
+            ),
+        )
+        for frameworks, models in groups.items()
+    )
+
+
+def source_rules(
+    table: Mapping[ModelName, frozenset[DataSource]] = SOURCES_BY_MODEL,
+) -> tuple[CrossFieldRule, ...]:
+    """spec.data.source: one rule per source and the sources of the models that cannot train
+    on it, written from the table (`SOURCES_BY_MODEL`)."""
+    groups: dict[tuple[DataSource, tuple[DataSource, ...]], list[ModelName]] = {}
+    for source in DataSource:
+        for model in ModelName:
+            if source not in table[model]:
+                sources = tuple(s for s in DataSource if s in table[model])
+                groups.setdefault((source, sources), []).append(model)
+    return tuple(
+        CrossFieldRule(
+            ".data.source",
+            f"{_SOURCE_WHY.get(source, '')}{_listed(models, 'and')} "
+            f"need{'s' if len(models) == 1 else ''} source {_listed(sources, 'or')}",
+            f"{cel.none_of('self.data.source', [source])} || "
+            f"{cel.none_of('self.model.name', models)}",
+            lambda s, source=source, models=models: (
+                s.data.source != source or s.model.name not in models
+            ),
+        )
+        for (source, sources), models in groups.items()
+    )
+
+
 CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
         ".resources",
@@ -302,32 +366,33 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
     ),
     CrossFieldRule(
         ".resources.tpu",
-        "tpu requires framework tensorflow",
-        "!has(self.resources.tpu) || self.framework == 'tensorflow'",
+        f"tpu requires framework {Framework.tensorflow}",
+        f"!has(self.resources.tpu) || self.framework == '{Framework.tensorflow}'",
         lambda s: s.resources.tpu is None or s.framework == Framework.tensorflow,
     ),
     CrossFieldRule(
         ".strategy",
-        "strategy tpu requires resources.tpu",
-        "self.strategy != 'tpu' || has(self.resources.tpu)",
+        f"strategy {Strategy.tpu} requires resources.tpu",
+        f"self.strategy != '{Strategy.tpu}' || has(self.resources.tpu)",
         lambda s: s.strategy != Strategy.tpu or s.resources.tpu is not None,
     ),
     CrossFieldRule(
         ".strategy",
-        "resources.tpu requires strategy tpu or auto",
-        "!has(self.resources.tpu) || self.strategy in ['tpu', 'auto']",
-        lambda s: s.resources.tpu is None or s.strategy in (Strategy.tpu, Strategy.auto),
+        f"resources.tpu requires strategy {_listed(TPU_STRATEGIES, 'or')}",
+        f"!has(self.resources.tpu) || {cel.one_of('self.strategy', TPU_STRATEGIES)}",
+        lambda s: s.resources.tpu is None or s.strategy in TPU_STRATEGIES,
     ),
     CrossFieldRule(
         ".strategy",
-        "strategy tpu requires framework tensorflow",
-        "self.strategy != 'tpu' || self.framework == 'tensorflow'",
+        f"strategy {Strategy.tpu} requires framework {Framework.tensorflow}",
+        f"self.strategy != '{Strategy.tpu}' || self.framework == '{Framework.tensorflow}'",
         lambda s: s.strategy != Strategy.tpu or s.framework == Framework.tensorflow,
     ),
     CrossFieldRule(
         ".strategy",
-        "strategy mirrored runs one worker; use multi-worker or auto for several",
-        "self.strategy != 'mirrored' || !has(self.resources.workers) || "
+        f"strategy {Strategy.mirrored} runs one worker; use {Strategy.multi_worker} or "
+        f"{Strategy.auto} for several",
+        f"self.strategy != '{Strategy.mirrored}' || !has(self.resources.workers) || "
         "self.resources.workers == 1",
         lambda s: (
             s.strategy != Strategy.mirrored
@@ -337,33 +402,27 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
     ),
     CrossFieldRule(
         ".training.zero",
-        "zero requires framework pytorch",
-        "!self.training.zero || self.framework == 'pytorch'",
+        f"zero requires framework {Framework.pytorch}",
+        f"!self.training.zero || self.framework == '{Framework.pytorch}'",
         lambda s: not s.training.zero or s.framework == Framework.pytorch,
     ),
-    CrossFieldRule(
-        ".model.name",
-        "pix2pix is only available with framework pytorch",
-        "self.model.name != 'pix2pix' || self.framework == 'pytorch'",
-        lambda s: s.model.name in MODELS_BY_FRAMEWORK[s.framework],
-    ),
+    *framework_rules(),
     CrossFieldRule(
         ".model.entrypoint",
-        "entrypoint is required for model custom",
-        "self.model.name != 'custom' || self.model.entrypoint != ''",
+        f"entrypoint is required for model {ModelName.custom}",
+        f"self.model.name != '{ModelName.custom}' || self.model.entrypoint != ''",
         lambda s: s.model.name != ModelName.custom or s.model.entrypoint != "",
     ),
     CrossFieldRule(
         ".model.entrypoint",
-        "entrypoint is only used by model custom",
-        "self.model.name == 'custom' || self.model.entrypoint == ''",
+        f"entrypoint is only used by model {ModelName.custom}",
+        f"self.model.name == '{ModelName.custom}' || self.model.entrypoint == ''",
         lambda s: s.model.name == ModelName.custom or s.model.entrypoint == "",
     ),
     CrossFieldRule(
         ".monitoring.metricsPort",
-        "metricsPort must differ from the workers' peer ports "
-        f"{', '.join(map(str, PEER_PORTS[:-1]))} and {PEER_PORTS[-1]}",
-        f"!(self.monitoring.metricsPort in [{', '.join(map(str, PEER_PORTS))}])",
+        f"metricsPort must differ from the workers' peer ports {_listed(PEER_PORTS, 'and')}",
+        cel.none_of("self.monitoring.metricsPort", PEER_PORTS),
         lambda s: s.monitoring.metrics_port not in PEER_PORTS,
     ),
     CrossFieldRule(
@@ -382,16 +441,11 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
     ),
     CrossFieldRule(
         ".data.path",
-        "path is required for data source files",
-        "self.data.source != 'files' || self.data.path != ''",
+        f"path is required for data source {DataSource.files}",
+        f"self.data.source != '{DataSource.files}' || self.data.path != ''",
         lambda s: s.data.source != DataSource.files or s.data.path != "",
     ),
-    CrossFieldRule(
-        ".data.source",
-        "digits are 8x8 images; gan3d and pix2pix need source synthetic or files",
-        "self.data.source != 'digits' || !(self.model.name in ['gan3d', 'pix2pix'])",
-        lambda s: s.data.source in SOURCES_BY_MODEL[s.model.name],
-    ),
+    *source_rules(),
 )
 
 
