@@ -1,0 +1,384 @@
+"""Every CEL rule of the CRD with a job it refuses and a job it accepts (issue 23).
+
+One table, `CASES`: a rule is named by where the problem is reported and the rule's message
+(`spec.resources`, "exactly one of gpus, workers or tpu must be set"), and each example is a
+whole GANTrainingJob: an example file of examples/ with a small JSON merge patch (RFC 7386:
+null removes a field, a list replaces the list). The unit tier checks that the table names
+every rule of the generated CRD, and that `kubegan validate` refuses and accepts the same
+jobs with the same paths (tests/unit/test_cel_cases.py); the cluster tier checks that the
+real apiserver does too (tests/cluster/test_cel_agreement.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubegan_trainer.model_options import unknown_reason
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+GAN3D = "gan3d-gke-v100-spot.yaml"  # tensorflow, gan3d, synthetic, gpus: 32 of a v100 pool
+DIGITS = "digits-local.yaml"  # pytorch, acgan, digits, workers: 2, gpusPerWorker: 0
+TPU = "acgan-gke-tpu-v5e.yaml"  # tensorflow, strategy tpu, acgan, a 4x4 v5e slice
+
+Patch = dict[str, Any]
+RuleId = tuple[str, str]  # (path with [] for list items, message)
+
+
+@dataclass(frozen=True)
+class CelCase:
+    """One rule: `field` is where validate and the apiserver name the problem (with the list
+    index a refused example has), `message` the rule's. A refused example breaks this rule,
+    and the rules in `also` (some rules cannot be broken alone), and nothing else."""
+
+    field: str
+    message: str
+    refused: tuple[Patch, ...]
+    accepted: tuple[Patch, ...]
+    base: str = GAN3D
+    also: tuple[tuple[str, str], ...] = ()
+    same_words: bool = True  # validate gives the rule's message word for word
+
+    @property
+    def rule(self) -> RuleId:
+        return rule_id(self.field, self.message)
+
+
+def rule_id(field: str, message: str) -> RuleId:
+    return re.sub(r"\[\d+\]", "[]", field), message
+
+
+def _spec(**fields: Any) -> Patch:
+    return {"spec": fields}
+
+
+def _model(name: str, **options: Any) -> Patch:
+    """spec.model for `name` with `options`, under pytorch (which runs every model)."""
+    model: dict[str, Any] = {"name": name, "options": options}
+    if name == "custom":
+        model["entrypoint"] = "mylab.models:build"
+    return _spec(framework="pytorch", model=model)
+
+
+def _unknown_option(model: str, option: str, value: Any, reader: str) -> CelCase:
+    """`model` does not read `option`; `reader` does."""
+    return CelCase(
+        f"spec.model.options.{option}",
+        unknown_reason(model),
+        refused=(_model(model, **{option: value}),),
+        accepted=(_model(reader, **{option: value}), _model(model)),
+    )
+
+
+def _toleration(**fields: Any) -> Patch:
+    return _spec(placement={"tolerations": [{"key": "example.com/pool", **fields}]})
+
+
+# GAN3D's resources turned into a TPU slice.
+_SLICE = {
+    "gpus": None,
+    "accelerator": None,
+    "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x4"},
+}
+
+
+CASES: tuple[CelCase, ...] = (
+    # ---- the object ---------------------------------------------------------------------------
+    CelCase(
+        "metadata.name",
+        "metadata.name must be a DNS-1035 label of at most 52 characters so that "
+        "'<name>-worker-<index>' is a valid pod name",
+        # Both are DNS-1123 subdomains, the apiserver's own rule for every object's name.
+        refused=({"metadata": {"name": "9lives"}}, {"metadata": {"name": "a" * 53}}),
+        accepted=({"metadata": {"name": "a" * 52}}, {"metadata": {"name": "x-9"}}),
+        same_words=False,
+    ),
+    # ---- spec.resources ------------------------------------------------------------------------
+    CelCase(
+        "spec.resources",
+        "exactly one of gpus, workers or tpu must be set",
+        refused=(
+            _spec(resources={"workers": 4, "gpusPerWorker": 8}),
+            _spec(resources={"gpus": None, "accelerator": None}),
+        ),
+        accepted=(_spec(resources={"gpus": None, "workers": 4, "gpusPerWorker": 8}), {}),
+    ),
+    CelCase(
+        "spec.resources.gpusPerWorker",
+        "gpusPerWorker is only valid together with workers",
+        refused=(_spec(resources={"gpusPerWorker": 8}),),
+        accepted=(_spec(resources={"gpus": None, "workers": 4, "gpusPerWorker": 8}),),
+    ),
+    CelCase(
+        "spec.resources.gpusPerWorker",
+        "gpusPerWorker is required with workers (0 for CPU-only workers)",
+        refused=(_spec(resources={"gpus": None, "workers": 4}),),
+        accepted=(
+            _spec(resources={"gpus": None, "workers": 4, "gpusPerWorker": 0, "accelerator": None}),
+        ),
+    ),
+    CelCase(
+        "spec.resources.accelerator",
+        "accelerator selects GPUs and cannot be combined with tpu or gpusPerWorker 0",
+        refused=(
+            _spec(resources={"gpus": None, "workers": 2, "gpusPerWorker": 0}),
+            _spec(resources={**_SLICE, "accelerator": "nvidia-tesla-v100"}),
+        ),
+        accepted=({}, _spec(resources={"gpus": None, "workers": 2, "gpusPerWorker": 1})),
+    ),
+    CelCase(
+        "spec.resources.tpu",
+        "tpu requires framework tensorflow",
+        refused=(_spec(framework="pytorch", strategy="auto"),),
+        accepted=({}, _spec(strategy="auto")),
+        base=TPU,
+    ),
+    CelCase(
+        "spec.resources.tpu.topology",
+        "a slice of at most 4000 chips",
+        refused=(
+            _spec(resources={"tpu": {"topology": "64x64"}}),
+            _spec(resources={"tpu": {"topology": "16x16x16"}}),
+        ),
+        accepted=(
+            _spec(resources={"tpu": {"topology": "16x16"}}),
+            _spec(resources={"tpu": {"topology": "8x8x8"}}),
+        ),
+        base=TPU,
+    ),
+    # ---- spec.strategy -------------------------------------------------------------------------
+    CelCase(
+        "spec.strategy",
+        "strategy tpu requires resources.tpu",
+        refused=(_spec(strategy="tpu"),),
+        accepted=(_spec(strategy="tpu", resources=_SLICE),),
+    ),
+    CelCase(
+        "spec.strategy",
+        "resources.tpu requires strategy tpu or auto",
+        refused=(_spec(strategy="multi-worker"), _spec(strategy="mirrored")),
+        accepted=(_spec(strategy="auto"), _spec(strategy="tpu")),
+        base=TPU,
+    ),
+    CelCase(
+        "spec.strategy",
+        "strategy tpu requires framework tensorflow",
+        # Never alone: without resources.tpu the rule above breaks too, with it the tpu one.
+        refused=(_spec(strategy="tpu", framework="pytorch"),),
+        accepted=(_spec(strategy="tpu", resources=_SLICE),),
+        also=(("spec.strategy", "strategy tpu requires resources.tpu"),),
+    ),
+    CelCase(
+        "spec.strategy",
+        "strategy mirrored runs one worker; use multi-worker or auto for several",
+        refused=(_spec(strategy="mirrored"),),
+        accepted=(
+            _spec(strategy="mirrored", resources={"workers": 1}),
+            _spec(strategy="multi-worker"),
+        ),
+        base=DIGITS,
+    ),
+    # ---- spec.training, spec.model, spec.data, spec.monitoring --------------------------------
+    CelCase(
+        "spec.training.zero",
+        "zero requires framework pytorch",
+        refused=(_spec(training={"zero": True}),),
+        accepted=(_spec(framework="pytorch", training={"zero": True}),),
+    ),
+    CelCase(
+        "spec.model.name",
+        "pix2pix is only available with framework pytorch",
+        refused=(_spec(model={"name": "pix2pix"}),),
+        accepted=(
+            _spec(framework="pytorch", model={"name": "pix2pix"}),
+            _spec(model={"name": "dcgan"}),
+        ),
+    ),
+    CelCase(
+        "spec.model.entrypoint",
+        "entrypoint is required for model custom",
+        refused=(_spec(model={"name": "custom"}),),
+        accepted=(_spec(model={"name": "custom", "entrypoint": "mylab.models:build"}),),
+    ),
+    CelCase(
+        "spec.model.entrypoint",
+        "entrypoint is only used by model custom",
+        refused=(_spec(model={"entrypoint": "mylab.models:build"}),),
+        accepted=(_spec(model={"name": "custom", "entrypoint": "mylab.models:build"}),),
+    ),
+    CelCase(
+        "spec.data.path",
+        "path is required for data source files",
+        refused=(_spec(data={"source": "files"}),),
+        accepted=(_spec(data={"source": "files", "path": "/data/showers.h5"}),),
+    ),
+    CelCase(
+        "spec.data.source",
+        "digits are 8x8 images; gan3d and pix2pix need source synthetic or files",
+        refused=(
+            _spec(data={"source": "digits"}),
+            _spec(framework="pytorch", model={"name": "pix2pix"}, data={"source": "digits"}),
+        ),
+        accepted=({}, _spec(model={"name": "dcgan"}, data={"source": "digits"})),
+    ),
+    CelCase(
+        "spec.monitoring.metricsPort",
+        "metricsPort must differ from the workers' peer ports 2222, 8471 and 29500",
+        refused=(_spec(monitoring={"metricsPort": 2222}), _spec(monitoring={"metricsPort": 29500})),
+        accepted=(_spec(monitoring={"metricsPort": 9091}),),
+    ),
+    # ---- spec.placement ------------------------------------------------------------------------
+    CelCase(
+        "spec.placement.nodeSelector",
+        "keys must be Kubernetes label keys",
+        refused=(
+            _spec(placement={"nodeSelector": {"-pool": "a"}}),
+            _spec(placement={"nodeSelector": {"a" * 250 + ".io/pool": "a"}}),
+        ),
+        accepted=(_spec(placement={"nodeSelector": {"cloud.google.com/gke-nodepool": "a"}}),),
+        same_words=False,
+    ),
+    CelCase(
+        "spec.placement.tolerations[0]",
+        "value must be empty with operator Exists",
+        refused=(_toleration(operator="Exists", value="spot"),),
+        accepted=(_toleration(operator="Exists"), _toleration(operator="Equal", value="spot")),
+    ),
+    CelCase(
+        "spec.placement.tolerations[0]",
+        "an empty key needs operator Exists",
+        refused=(_toleration(key="", value="spot"),),
+        accepted=(_toleration(key="", operator="Exists"),),
+    ),
+    CelCase(
+        "spec.placement.tolerations[0]",
+        "tolerationSeconds needs effect NoExecute",
+        refused=(_toleration(operator="Exists", effect="NoSchedule", tolerationSeconds=30),),
+        accepted=(_toleration(operator="Exists", effect="NoExecute", tolerationSeconds=30),),
+    ),
+    # ---- spec.model.options: each model's own names and ranges ---------------------------------
+    CelCase(
+        "spec.model.options.imageSize",
+        "must be a power of two from 8 to 256",
+        refused=(_model("dcgan", imageSize=512), _model("acgan", imageSize=512)),
+        accepted=(_model("dcgan", imageSize=256), _model("pix2pix", imageSize=512)),
+    ),
+    CelCase(
+        "spec.model.options.latentDim",
+        "must be an integer from 1 to 1024",
+        refused=(_model("dcgan", latentDim=1025), _model("acgan", latentDim=65536)),
+        accepted=(_model("acgan", latentDim=1), _model("custom", latentDim=65536)),
+    ),
+    CelCase(
+        "spec.model.options.latentDim",
+        "must be an integer from 3 to 1024",
+        refused=(_model("gan3d", latentDim=2), _model("gan3d", latentDim=2048)),
+        accepted=(_model("gan3d", latentDim=3), _model("dcgan", latentDim=2)),
+    ),
+    _unknown_option("gan3d", "imageSize", 64, reader="dcgan"),
+    _unknown_option("pix2pix", "latentDim", 100, reader="acgan"),
+    _unknown_option("pix2pix", "channels", 3, reader="dcgan"),
+    _unknown_option("gan3d", "channels", 1, reader="custom"),
+    _unknown_option("dcgan", "direction", "BtoA", reader="pix2pix"),
+    _unknown_option("acgan", "direction", "AtoB", reader="custom"),
+    _unknown_option("gan3d", "direction", "BtoA", reader="pix2pix"),
+    _unknown_option("dcgan", "heldOutPath", "/data/val", reader="pix2pix"),
+    _unknown_option("acgan", "heldOutPath", "/data/val", reader="custom"),
+    _unknown_option("gan3d", "heldOutPath", "/data/val", reader="pix2pix"),
+    _unknown_option("dcgan", "angleKey", "theta", reader="gan3d"),
+    _unknown_option("acgan", "angleKey", "phi", reader="gan3d"),
+    _unknown_option("pix2pix", "angleKey", "theta", reader="custom"),
+    _unknown_option("dcgan", "dataKind", "images", reader="custom"),
+    _unknown_option("acgan", "dataKind", "images", reader="custom"),
+    _unknown_option("pix2pix", "dataKind", "paired", reader="custom"),
+    _unknown_option("gan3d", "dataKind", "showers", reader="custom"),
+)
+
+
+# ---- the jobs -------------------------------------------------------------------------------
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: mappings merge, null removes, anything else (lists too) replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+@cache
+def _example(name: str) -> dict[str, Any]:
+    return yaml.safe_load((EXAMPLES / name).read_text())  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Example:
+    case: CelCase
+    refused: bool
+    name: str  # metadata.name, unique over all examples
+    job: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}: {self.case.field}: {self.case.message[:40]}"
+
+    def expected(self) -> set[tuple[str, str]]:
+        """(path, message) of every rule a refused example breaks; empty when accepted."""
+        if not self.refused:
+            return set()
+        return {(self.case.field, self.case.message), *self.case.also}
+
+
+def examples() -> Iterator[Example]:
+    for i, case in enumerate(CASES):
+        for refused, patches in ((True, case.refused), (False, case.accepted)):
+            for j, patch in enumerate(patches):
+                name = f"cel-{i:02d}-{'refused' if refused else 'accepted'}-{j}"
+                job = merge_patch(_example(case.base), {"metadata": {"name": name}})
+                job = merge_patch(job, patch)
+                yield Example(case, refused, job["metadata"]["name"], job)
+
+
+# ---- the rules ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrdRule:
+    field: str  # where the apiserver reports it: the rule's place, then its fieldPath
+    message: str
+    rule: str
+
+    @property
+    def id(self) -> RuleId:
+        return self.field, self.message
+
+
+def crd_rules(crd: dict[str, Any]) -> list[CrdRule]:
+    """Every x-kubernetes-validations entry of the CRD's (only) version, wherever it is."""
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return list(_rules(schema, ""))
+
+
+def _rules(node: dict[str, Any], path: str) -> Iterator[CrdRule]:
+    for rule in node.get("x-kubernetes-validations", []):
+        field = (path + rule.get("fieldPath", "")).lstrip(".") or "<nil>"
+        yield CrdRule(field, rule.get("message", rule["rule"]), rule["rule"])
+    for name, child in node.get("properties", {}).items():
+        yield from _rules(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from _rules(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _rules(node["additionalProperties"], f"{path}[*]")
