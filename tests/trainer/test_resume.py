@@ -68,9 +68,7 @@ def test_sigterm_mid_epoch_then_resume_is_bitwise_identical(workers: int, tmp_pa
     straight = run_workers(cfg, tmp_path / "straight", workers)
     assert straight.codes == [0] * workers, "\n".join(straight.logs)
 
-    part = run_workers(
-        cfg, tmp_path / "stopped", workers, extra_env={"KUBEGAN_TEST_SIGTERM_AT": stop_at}
-    )
+    part = run_workers(cfg, tmp_path / "stopped", workers, sigterm_at=stop_at)
     assert part.codes == [EXIT_INTERRUPTED] * workers, "\n".join(part.logs)
     names = sorted(p.name for p in (tmp_path / "stopped/checkpoints").glob("ckpt-*"))
     step = int(stop_at.split(":")[1])

@@ -17,6 +17,7 @@ from kubegan_trainer.contract import (
     ENV_OUTPUT_DIR,
 )
 
+from tests.trainer import hooked
 from tests.trainer.workers import launch_workers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,8 +78,13 @@ def run_workers(
     extra_env: dict | None = None,
     command: list[str] | None = None,
     timeout: float = 300,
+    sigterm_at: str | None = None,
 ) -> RunResult:
-    """Start real `python -m kubegan_trainer` workers with the §4 environment; wait."""
+    """Start real `python -m kubegan_trainer` workers with the §4 environment; wait.
+    `sigterm_at` "R:S": rank R stops itself with SIGTERM in global step S (hooked.py)."""
+    if sigterm_at is not None:
+        assert command is None, "sigterm_at runs the trainer's own entry point"
+        command = hooked.command(sigterm_at=sigterm_at)
     codes, logs = launch_workers(
         cfg,
         output,

@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -21,6 +22,9 @@ from kubegan_trainer.contract import CONFIG_FILE, ENV_CONFIG, EXIT_USER_ERROR
 from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import regular_file_problem
+
+if TYPE_CHECKING:
+    from kubegan_trainer.driver import Hooks
 
 BACKENDS = {"pytorch": "kubegan_trainer.torch_backend", "tensorflow": "kubegan_trainer.tf_backend"}
 # The package each backend needs; a missing one is a one-line error, not a traceback.
@@ -53,7 +57,7 @@ def load_config(path: str) -> TrainerConfig:
         raise TrainerError(f"{ENV_CONFIG}: {p} is not valid JSON ({err})") from None
 
 
-def load_backend(framework: str):  # -> module with run(env, config) -> int
+def load_backend(framework: str):  # -> module with run(env, config, hooks=None) -> int
     if framework not in BACKENDS:
         raise TrainerError(f"framework: unknown framework {framework!r}")
     package = FRAMEWORK_PACKAGES[framework]
@@ -69,7 +73,9 @@ def load_backend(framework: str):  # -> module with run(env, config) -> int
         raise
 
 
-def main() -> int:
+def main(hooks: Hooks | None = None) -> int:
+    """The container's command. `hooks` reach the epoch driver (tests and tooling pass
+    them from their own entry point; the image never does)."""
     configure_logging()
     try:
         try:
@@ -81,7 +87,7 @@ def main() -> int:
             # Before any backend, data or rendezvous: a name that is not a user's model
             # factory (`os:system`) is refused before anything could call it.
             load_entrypoint(config.model.entrypoint)
-        return load_backend(config.framework.value).run(env, config)
+        return load_backend(config.framework.value).run(env, config, hooks=hooks)
     except TrainerError as err:
         print(f"kubegan-trainer: error: {err}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR

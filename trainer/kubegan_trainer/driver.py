@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kubegan_trainer import termination, testhooks
+from kubegan_trainer import termination
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
@@ -97,7 +97,7 @@ class Backend(Protocol):
     """What the driver needs from a framework."""
 
     chief: bool  # writes outputs (rank 0 / worker 0)
-    rank: int  # this process's index for test hooks (rank, or worker index)
+    rank: int  # this process's index, for hooks (rank, or worker index)
     world_size: int  # replicas that share a step (for throughput and metrics.jsonl)
     steps_per_epoch: int
     samples_per_step: int  # global batch of one optimizer step
@@ -137,10 +137,16 @@ class Generated:
 
 @dataclass
 class Hooks:
-    """In-process hooks for tests and tooling; the driver runs fine without any."""
+    """In-process hooks for tests and tooling; the driver runs fine without any. Nothing in
+    the trainer sets them: a caller passes them in (`kubegan_trainer.__main__.main(hooks)`,
+    or a backend's `run`), as the tests' own entry point does (tests/trainer/hooked.py)."""
 
     on_step: Callable[[Any, int, int, dict[str, Any]], None] | None = None
     # (backend, epoch0, steps done in the epoch, {"global_step", "g_loss", "d_loss", "index"})
+    before_flags: Callable[[Any, int], None] | None = None
+    # (backend, global step whose stop/due flags are about to be read: 1 for the first)
+    on_finish: Callable[[Any], None] | None = None
+    # (backend) when the run ends, stopped, finished or failed
 
 
 class Driver:
@@ -160,7 +166,6 @@ class Driver:
             config.checkpoint.interval_epochs, config.checkpoint.interval_minutes
         )
         self.report = Reporter(env, self.output, self.epochs, backend.chief)
-        self.env_hooks = testhooks.EnvHooks.from_env(backend.rank)
         self.state = LoopState()
         self.last_saved: Position | None = None
         self.quality: Quality | None = None  # built on the chief at the first epoch's end
@@ -172,7 +177,8 @@ class Driver:
         try:
             return self._fit()
         finally:
-            self.env_hooks.finished(self.b)
+            if self.hooks.on_finish:
+                self.hooks.on_finish(self.b)
             termination.write(self.last_saved)
 
     def _fit(self) -> int:
@@ -201,9 +207,10 @@ class Driver:
 
     # ---- one epoch -----------------------------------------------------------------------
     def _local_flags(self) -> tuple[bool, bool]:
-        # Test hooks fire here, just before the flags are read, so "stop during global step
-        # S" checkpoints at S in every backend.
-        self.env_hooks.before_flags(self.state.global_step + 1)
+        # Just before the flags are read, so a hook that asks to stop during global step S
+        # has the checkpoint land at S in every backend.
+        if self.hooks.before_flags:
+            self.hooks.before_flags(self.b, self.state.global_step + 1)
         return self.stop.requested, self.b.chief and self.schedule.time_due()
 
     def _run_epoch(self, epoch0: int, first_step: int) -> bool:
@@ -219,7 +226,6 @@ class Driver:
             st.steps += 1
             st.global_step += 1
             stop = r.stop
-            self.env_hooks.after_step(epoch0, step, r.index)
             if self.hooks.on_step:
                 info = {"global_step": st.global_step, "index": r.index}
                 info.update(g_loss=float(r.g_loss), d_loss=float(r.d_loss))

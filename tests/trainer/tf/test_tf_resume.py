@@ -92,7 +92,7 @@ def test_multi_worker_sigterm_then_resume_continues_at_saved_step(
 ) -> None:
     out = tmp_path / "run"
     # Worker 1 gets SIGTERM after its 2nd step: both workers agree to stop, checkpoint, exit.
-    first = run_workers(_cfg(), out, workers=2, extra_env={"KUBEGAN_TEST_SIGTERM_AT": "1:2"})
+    first = run_workers(_cfg(), out, workers=2, sigterm_at="1:2")
     assert first.codes == [EXIT_INTERRUPTED, EXIT_INTERRUPTED], first.logs
     saved = json.loads(sorted((out / "checkpoints").glob("ckpt-*/manifest.json"))[-1].read_text())
     assert saved["epoch"] == 0 and 0 < saved["step"] < 4

@@ -18,6 +18,7 @@ from kubegan_trainer.contract import (
     ENV_TF_LOGICAL_CPUS,
 )
 
+from tests.trainer import hooked
 from tests.trainer.workers import launch_workers
 
 REPO = Path(__file__).resolve().parents[3]
@@ -101,9 +102,12 @@ def run_workers(
     workers: int = 1,
     extra_env: dict | None = None,
     timeout: float = 240,
+    sigterm_at: str | None = None,
 ) -> RunResult:
-    """Real `python -m kubegan_trainer` workers with the §4 environment (TF_CONFIG from
-    build_worker_env, as the operator renders it); each has one CPU replica."""
+    """Real trainer workers with the §4 environment (TF_CONFIG from build_worker_env, as the
+    operator renders it); each has one CPU replica. Started through tests/trainer/hooked.py,
+    which traces each worker's batches and keeps its final weights (and, given `sigterm_at`
+    "R:S", has worker R stop itself with SIGTERM in global step S)."""
     codes, logs = launch_workers(
         cfg,
         output,
@@ -111,14 +115,15 @@ def run_workers(
         env={
             ENV_TF_LOGICAL_CPUS: "",
             "TF_CPP_MIN_LOG_LEVEL": "2",
-            "KUBEGAN_TEST_BATCH_TRACE": str(output / "trace"),
-            "KUBEGAN_TEST_DUMP_WEIGHTS": str(output / "weights"),
             "OMP_NUM_THREADS": "1",
             "TF_NUM_INTEROP_THREADS": "1",
             "TF_NUM_INTRAOP_THREADS": "1",
             **(extra_env or {}),
         },
-        python_path=REPO / "trainer",
+        python_path=REPO,
         timeout=timeout,
+        command=hooked.command(
+            sigterm_at=sigterm_at, trace=output / "trace", weights=output / "weights"
+        ),
     )
     return RunResult(codes, logs, output)

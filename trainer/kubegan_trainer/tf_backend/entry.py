@@ -46,8 +46,8 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
     return TfGanTrainer(config, env, info, source, stop, hooks)
 
 
-def run(env: ClusterEnv, config: TrainerConfig, stop: StopFlag | None = None) -> int:
+def run(env: ClusterEnv, config: TrainerConfig, stop: StopFlag | None = None, hooks=None) -> int:  # type: ignore[no-untyped-def]
     """The backend entry (`python -m kubegan_trainer` calls it): returns the process exit
-    code, 0 or EXIT_INTERRUPTED after a stop with a checkpoint."""
+    code, 0 or EXIT_INTERRUPTED after a stop with a checkpoint. `hooks`: driver.Hooks."""
     stop = stop or StopFlag().install()
-    return build_trainer(config, env, stop).fit()
+    return build_trainer(config, env, stop, hooks).fit()

@@ -31,10 +31,12 @@ from kubegan_trainer.signals import StopFlag
 log = logging.getLogger("kubegan_trainer")
 
 
-def run(env: ClusterEnv, config: TrainerConfig) -> int:
+def run(env: ClusterEnv, config: TrainerConfig, hooks=None) -> int:  # type: ignore[no-untyped-def]
+    """Train this worker's ranks; `hooks` (driver.Hooks) reach every rank (pickled for the
+    ranks of a multi-GPU worker)."""
     nproc = env.nproc_per_node
     if nproc == 1:
-        return worker(env, config, local_rank=0, stop=StopFlag().install())
+        return worker(env, config, local_rank=0, stop=StopFlag().install(), hooks=hooks)
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.device_count() < nproc:
@@ -44,7 +46,7 @@ def run(env: ClusterEnv, config: TrainerConfig) -> int:
         )
     ctx = mp.get_context("spawn")
     procs = [
-        ctx.Process(target=_child, args=(env, config, i), name=f"rank-local-{i}")
+        ctx.Process(target=_child, args=(env, config, i, hooks), name=f"rank-local-{i}")
         for i in range(nproc)
     ]
     for p in procs:
@@ -68,14 +70,14 @@ def run(env: ClusterEnv, config: TrainerConfig) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _child(env: ClusterEnv, config: TrainerConfig, local_rank: int) -> None:
+def _child(env: ClusterEnv, config: TrainerConfig, local_rank: int, hooks=None) -> None:  # type: ignore[no-untyped-def]
     from kubegan_trainer.__main__ import configure_logging
     from kubegan_trainer.lifeline import die_with_parent
 
     die_with_parent()  # a rank must not outlive its worker process
     configure_logging()
     try:
-        code = worker(env, config, local_rank, StopFlag().install())
+        code = worker(env, config, local_rank, StopFlag().install(), hooks)
     except TrainerError as err:
         print(f"kubegan-trainer: error: {err}", file=sys.stderr, flush=True)
         code = EXIT_USER_ERROR
