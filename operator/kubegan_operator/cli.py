@@ -16,15 +16,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+from kubegan_trainer.contract import EXIT_USER_ERROR
 
 from kubegan_operator import __version__
 from kubegan_operator.api import GANTrainingJob
 from kubegan_operator.loading import InputError, load_job, load_objects, load_prices
+from kubegan_operator.localplan import local_plan
 from kubegan_operator.planner import Plan, plan, static_plan
 from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.topology import build_inventory
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = EXIT_USER_ERROR  # the trainer's code for a wrong job: one meaning
 EXIT_INFEASIBLE = 3
 
 
@@ -126,23 +128,6 @@ def local_gpu_count() -> int:
     return len(visible_gpus(os.environ, installed)[:installed])
 
 
-def local_shape(job: GANTrainingJob, available_gpus: int) -> tuple[int, int, str]:
-    """Workers and GPUs per worker for `kubegan run`, fitted to this machine, and a note
-    when that differs from what the job asks of a cluster."""
-    r = job.spec.resources
-    workers = r.workers or 1
-    wanted = r.gpus if r.gpus is not None else (r.gpus_per_worker or 0)
-    per_worker = min(wanted, available_gpus // workers) if wanted else 0
-    note = ""
-    if wanted and per_worker < wanted:
-        asked = f"{r.gpus} GPUs" if r.gpus is not None else f"{wanted} GPUs per worker"
-        note = (
-            f"the job asks for {asked}; this machine has {available_gpus}: running "
-            f"{workers} worker(s) with {per_worker or 'no'} GPU(s) each"
-        )
-    return workers, per_worker, note
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     _check_entrypoint(job)
@@ -152,20 +137,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kubegan_trainer.errors import TrainerError
     from kubegan_trainer.local_run import run_local
 
-    workers, gpus, note = local_shape(job, local_gpu_count())
+    # The planner's shape and the pricing module's rate, for this machine (localplan).
+    placed, note = local_plan(job.spec, local_gpu_count(), _prices(args.prices))
+    if not placed.feasible:
+        raise InputError([f"kubegan run: {placed.reason}"])
     if note:
         print(f"kubegan run: {note}", file=sys.stderr)
-    price = job.spec.cost.accelerator_hourly_price or 0.0
     output = Path(args.output) if args.output else Path("runs") / job.metadata.name
     if output.exists() and not output.is_dir():
         raise InputError([f"{output}: exists and is not a directory (--output)"])
     try:
         return run_local(
             job.trainer_config(),
-            workers=workers,
-            gpus_per_worker=gpus,
+            workers=placed.workers,
+            gpus_per_worker=placed.gpus_per_worker,
             output_dir=output,
-            cost_rate_per_hour=price * workers * gpus,
+            cost_rate_per_hour=placed.cost_per_hour,
             namespace=job.metadata.namespace,
             allow_config_change=getattr(args, "allow_config_change", False),
         )
@@ -268,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resume even though the job differs from the one DIR's checkpoints were "
         "trained with (recorded in DIR/config-history.jsonl)",
+    )
+    p.add_argument(
+        "--prices",
+        metavar="PRICES.yaml",
+        type=_path,
+        help="price table for the run's cost rate, as for `kubegan plan`",
     )
     p.set_defaults(func=cmd_run)
 

@@ -425,19 +425,6 @@ def test_no_traceback_from_the_real_command(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_local_shape_fits_the_machine() -> None:
-    from kubegan_operator.cli import local_shape
-    from kubegan_operator.loading import load_job
-
-    gan3d = load_job(ROOT / "examples" / "gan3d-gke-v100-spot.yaml")
-    assert gan3d.spec.resources.gpus == 32
-    assert local_shape(gan3d, 0)[:2] == (1, 0)
-    assert "asks for 32 GPUs; this machine has 0" in local_shape(gan3d, 0)[2]
-    assert local_shape(gan3d, 8)[:2] == (1, 8)
-    digits = load_job(ROOT / "examples" / "digits-local.yaml")
-    assert local_shape(digits, 0) == (2, 0, "")
-
-
 def test_run_refuses_a_tpu_job(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(ROOT / "examples" / "acgan-gke-tpu-v5e.yaml")]) == 2
     assert capsys.readouterr().err.strip() == (

@@ -1,9 +1,10 @@
-"""Pick the tf.distribute strategy for `spec.strategy` and the worker's environment.
+"""Build the tf.distribute strategy that `distribution.decide_strategy` chose for
+`spec.strategy` and the worker's environment (the same decision the operator's plan shows):
 
 - auto, one worker          -> MirroredStrategy over the local GPUs (or the CPU)
 - auto/multi-worker, >1     -> MultiWorkerMirroredStrategy from TF_CONFIG (NCCL on GPU, RING on CPU)
 - mirrored                  -> MirroredStrategy (one worker only)
-- tpu                       -> TPUStrategy via TPUClusterResolver; one clear line without a TPU
+- tpu, or a TPU slice's env -> TPUStrategy via TPUClusterResolver; one clear line without a TPU
 
 `KUBEGAN_TF_LOGICAL_CPUS=N` splits the CPU into N logical devices so MirroredStrategy
 has N replicas without GPUs (tests, demos). Device set-up must run before TensorFlow
@@ -21,13 +22,14 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import Strategy, TrainerConfig
+from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.contract import (
     ENV_TF_CONFIG,
     ENV_TF_LOGICAL_CPUS,
     ENV_TPU_WORKER_HOSTNAMES,
     ENV_TPU_WORKER_ID,
 )
+from kubegan_trainer.distribution import MIRRORED, MULTI_WORKER, TPU, decide_strategy
 from kubegan_trainer.errors import TrainerError
 
 log = logging.getLogger("kubegan_trainer")
@@ -86,11 +88,12 @@ def _tf_config_workers(env: ClusterEnv) -> int:
 
 
 def make_strategy(config: TrainerConfig, env: ClusterEnv) -> StrategyInfo:
-    choice = config.strategy
-    if choice == Strategy.tpu:
-        return _tpu_strategy(env)
     workers = _tf_config_workers(env)
-    if choice == Strategy.mirrored and workers > 1:
+    on_tpu = env.tpu_worker_id is not None  # the operator sets it on a TPU slice's workers
+    kind = decide_strategy(config.framework, config.strategy, workers, on_tpu)
+    if kind == TPU:
+        return _tpu_strategy(env)
+    if kind == MIRRORED and workers > 1:
         raise TrainerError(
             f"spec.strategy: mirrored runs on one worker, but {ENV_TF_CONFIG} lists {workers}; "
             "use auto or multi-worker"
@@ -98,7 +101,7 @@ def make_strategy(config: TrainerConfig, env: ClusterEnv) -> StrategyInfo:
     cpus = _logical_cpu_devices()
     gpus = _gpus()
     device_type = "GPU" if gpus else "CPU"
-    if workers > 1 or choice == Strategy.multi_worker:
+    if kind == MULTI_WORKER:
         # NCCL on GPUs, RING (gRPC) between CPU workers; TF_CONFIG names the peers.
         impl = (
             tf.distribute.experimental.CommunicationImplementation.NCCL
@@ -116,7 +119,7 @@ def make_strategy(config: TrainerConfig, env: ClusterEnv) -> StrategyInfo:
             impl.name,
             index,
         )
-        return StrategyInfo(strategy, "multi-worker", index, workers, device_type)
+        return StrategyInfo(strategy, MULTI_WORKER, index, workers, device_type)
     if gpus:
         devices = None  # every local GPU
     elif cpus:
@@ -133,7 +136,7 @@ def make_strategy(config: TrainerConfig, env: ClusterEnv) -> StrategyInfo:
         strategy.num_replicas_in_sync,
         device_type,
     )
-    return StrategyInfo(strategy, "mirrored", 0, 1, device_type)
+    return StrategyInfo(strategy, MIRRORED, 0, 1, device_type)
 
 
 def tpu_resolver_args(env: ClusterEnv) -> str:
@@ -161,7 +164,7 @@ def _tpu_strategy(env: ClusterEnv) -> StrategyInfo:
         ) from None
     index = env.tpu_worker_id or 0
     log.info("strategy: TPUStrategy, %d cores (%s)", strategy.num_replicas_in_sync, where)
-    return StrategyInfo(strategy, "tpu", index, max(1, len(hosts)), "TPU")
+    return StrategyInfo(strategy, TPU, index, max(1, len(hosts)), "TPU")
 
 
 def describe(info: StrategyInfo) -> str:
