@@ -37,6 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kubegan_trainer.contract import ATTEMPT_LABEL  # noqa: E402
+
 from tests.e2e.conftest import (  # noqa: E402
     HACK,
     JOBS_NS,
@@ -77,7 +79,7 @@ def new_gang_running(job: Job, attempt: int) -> bool:
     pods = [
         p
         for p in job.pods()
-        if p["metadata"]["labels"].get("kubegan.io/attempt") == str(attempt)
+        if p["metadata"]["labels"].get(ATTEMPT_LABEL) == str(attempt)
         and not p["metadata"].get("deletionTimestamp")
     ]
     return len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods)

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 from kubegan_operator.pricing import DEFAULT_PRICES
+from kubegan_trainer.contract import JOB_NAME_LABEL
 
 from tests.support.control_plane import base_env, cluster_up
 
@@ -369,7 +370,7 @@ def trained(real_cluster: RealCluster, operator_release: str) -> dict[str, Watch
                 seen.epochs_while_running.append(status["progress"]["epoch"])
                 seen.get_lines += [ln for ln in table.splitlines() if ln.startswith(name + " ")]
             if not seen.pods:
-                pods = real_cluster.items("pods", f"-lkubegan.io/job-name={name}", ns=JOBS_NS)
+                pods = real_cluster.items("pods", f"-l{JOB_NAME_LABEL}={name}", ns=JOBS_NS)
                 if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods):
                     seen.pods = pods
             if status.get("phase") in ("Succeeded", "Failed"):

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from kubegan_trainer.checkpoint import CheckpointStore, Position, checkpoint_name
+from kubegan_trainer.contract import JOB_NAME_LABEL, WORKER_INDEX_LABEL
 from kubegan_trainer.torch_backend.loop import STATE_FILE
 from kubegan_trainer.torch_backend.payload import load_payload
 
@@ -124,7 +125,7 @@ class Job:
         return self.cluster.get("ganjob", self.name, JOBS_NS).get("status", {})
 
     def pods(self) -> list[dict[str, Any]]:
-        return self.cluster.items("pods", f"-lkubegan.io/job-name={self.name}", ns=JOBS_NS)
+        return self.cluster.items("pods", f"-l{JOB_NAME_LABEL}={self.name}", ns=JOBS_NS)
 
     def observe(self) -> dict[str, Any]:
         st = self.status()
@@ -182,7 +183,7 @@ class Job:
 
     def worker_nodes(self) -> dict[int, str]:
         return {
-            int(p["metadata"]["labels"]["kubegan.io/worker-index"]): p["spec"].get("nodeName", "")
+            int(p["metadata"]["labels"][WORKER_INDEX_LABEL]): p["spec"].get("nodeName", "")
             for p in self.pods()
             if not p["metadata"].get("deletionTimestamp")
         }

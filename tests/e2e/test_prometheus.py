@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from kubegan_trainer.contract import EPOCH, JOB_COST, JOB_COST_RATE, JOB_PREEMPTIONS
 
 from tests.cluster.conftest import wait_for
 from tests.e2e.conftest import (
@@ -43,7 +44,7 @@ from tests.monitoring.prom import (
 
 pytestmark = pytest.mark.timeout(1200)
 JOB = "watched-torch"
-COST = "kubegan_job_cost_dollars_total"
+COST = JOB_COST
 REAL_NODE_LABEL = ",".join(f"{k}={v}" for k, v in REAL_NODE_SELECTOR.items())
 PROMETHEUS_SA = "prometheus"
 
@@ -153,13 +154,13 @@ def test_prometheus_discovers_scrapes_and_the_dashboard_shows_the_job(
                 wait_for(f"panel {title}: {expr}", lambda e=expr: finite(prom, e), timeout=240)
         labels = {
             (s["metric"].get("namespace"), s["metric"].get("ganjob"), s["metric"].get("pod"))
-            for s in prom.query(f'kubegan_epoch{{ganjob="{JOB}"}}')
+            for s in prom.query(f'{EPOCH}{{ganjob="{JOB}"}}')
         }
         assert labels == {(JOBS_NS, JOB, f"{JOB}-worker-0")}, labels
 
         # The CPU-only workers cost their vCPUs and memory at the spot price while they run.
-        wait_for("the job's rate", lambda: value(prom, "kubegan_job_cost_rate_dollars_per_hour"))
-        rate = value(prom, "kubegan_job_cost_rate_dollars_per_hour")
+        wait_for("the job's rate", lambda: value(prom, JOB_COST_RATE))
+        rate = value(prom, JOB_COST_RATE)
         assert rate == pytest.approx(DIGITS_RATE_PER_HOUR, rel=1e-3)
         wait_for("dollars accrued", lambda: value(prom, COST), timeout=120)
 
@@ -176,15 +177,14 @@ def test_prometheus_discovers_scrapes_and_the_dashboard_shows_the_job(
             dollars = waiting["cost"]["dollars"]
             assert dollars > 0 and not waiting.get("costAccruedAt"), waiting
             wait_for(
-                "kubegan_job_preemptions_total = 1",
-                lambda: value(prom, "kubegan_job_preemptions_total") == 1,
+                f"{JOB_PREEMPTIONS} = 1",
+                lambda: value(prom, JOB_PREEMPTIONS) == 1,
                 timeout=60,
             )
             wait_for(
                 "the cost gauge at the closed total, the rate at 0",
                 lambda: (
-                    value(prom, COST) == pytest.approx(dollars)
-                    and value(prom, "kubegan_job_cost_rate_dollars_per_hour") == 0
+                    value(prom, COST) == pytest.approx(dollars) and value(prom, JOB_COST_RATE) == 0
                 ),
                 timeout=90,
             )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubegan_trainer.contract import TF_WORKER_PORT, TORCH_MASTER_PORT, TPU_WORKER_PORT
 from kubegan_trainer.model_options import unknown_reason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,8 +232,12 @@ CASES: tuple[CelCase, ...] = (
     ),
     CelCase(
         "spec.monitoring.metricsPort",
-        "metricsPort must differ from the workers' peer ports 2222, 8471 and 29500",
-        refused=(_spec(monitoring={"metricsPort": 2222}), _spec(monitoring={"metricsPort": 29500})),
+        "metricsPort must differ from the workers' peer ports "
+        f"{TF_WORKER_PORT}, {TPU_WORKER_PORT} and {TORCH_MASTER_PORT}",
+        refused=(
+            _spec(monitoring={"metricsPort": TF_WORKER_PORT}),
+            _spec(monitoring={"metricsPort": TORCH_MASTER_PORT}),
+        ),
         accepted=(_spec(monitoring={"metricsPort": 9091}),),
     ),
     # ---- spec.placement ------------------------------------------------------------------------
