@@ -158,24 +158,39 @@ def json_data_problem(value: Any, max_depth: int) -> str | None:
         at = f" at {where if len(where) <= 80 else '...' + where[-77:]}" if where else ""
         if depth > max_depth:
             return f"nested deeper than {max_depth} levels{at}"
-        if isinstance(item, dict):
-            for key, sub in item.items():
-                if not isinstance(key, str):
-                    return f"key {key!r}{at} is not a string"
-                stack.append((sub, f"{where}.{key}" if where else key, depth + 1))
-        elif isinstance(item, list):
-            stack.extend((sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item))
-        elif isinstance(item, bool) or item is None or isinstance(item, str):
-            continue
-        elif isinstance(item, int):
-            if not INT64_MIN <= item <= INT64_MAX:
-                return f"integer{at} is beyond int64"
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return f"{item}{at} is not a finite number"
+        if isinstance(item, dict | list):
+            problem = _push_members(stack, item, where, depth, at)
         else:
-            return f"a {type(item).__name__}{at} is not JSON data"
+            problem = _scalar_problem(item, at)
+        if problem is not None:
+            return problem
     return None
+
+
+def _push_members(
+    stack: list[tuple[Any, str, int]], item: dict | list, where: str, depth: int, at: str
+) -> str | None:
+    """Put a mapping's values or a list's items on `stack`, with their paths; a problem
+    when a key is not a string."""
+    if isinstance(item, list):
+        stack.extend((sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item))
+        return None
+    for key, sub in item.items():
+        if not isinstance(key, str):
+            return f"key {key!r}{at} is not a string"
+        stack.append((sub, f"{where}.{key}" if where else key, depth + 1))
+    return None
+
+
+def _scalar_problem(item: Any, at: str) -> str | None:
+    """Why a value that is neither a mapping nor a list is not apiserver data, or None."""
+    if isinstance(item, bool) or item is None or isinstance(item, str):
+        return None
+    if isinstance(item, int):
+        return None if INT64_MIN <= item <= INT64_MAX else f"integer{at} is beyond int64"
+    if isinstance(item, float):
+        return None if math.isfinite(item) else f"{item}{at} is not a finite number"
+    return f"a {type(item).__name__}{at} is not JSON data"
 
 
 class DataSpec(ApiModel):

@@ -18,10 +18,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
 from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env, visible_gpus
 from kubegan_trainer.config import TrainerConfig
@@ -34,7 +34,7 @@ from kubegan_trainer.contract import (
     LOCAL_ADDR,
 )
 from kubegan_trainer.lifeline import parent_death_hook
-from kubegan_trainer.metrics import MetricsLog
+from kubegan_trainer.metrics import METRICS_FILE, MetricsLog
 from kubegan_trainer.ports import reserve_port, reserve_ports
 from kubegan_trainer.progress import read_progress
 from kubegan_trainer.resume_config import record_config
@@ -190,7 +190,6 @@ def _run_locked(
     console = _Console(out)
     changed = record_config(output_dir, config.to_api(), allow_change=allow_config_change)
     (output_dir / "logs").mkdir(parents=True, exist_ok=True)
-    config_path = output_dir / CONFIG_FILE
     envs = worker_environments(
         config,
         workers=workers,
@@ -198,7 +197,7 @@ def _run_locked(
         output_dir=output_dir,
         cost_rate_per_hour=cost_rate_per_hour,
         namespace=namespace,
-        config_path=config_path,
+        config_path=output_dir / CONFIG_FILE,
     )
     log_paths = [output_dir / "logs" / f"worker-{i}.log" for i in range(workers)]
     tails = [_LogTail(p) for p in log_paths]
@@ -210,33 +209,52 @@ def _run_locked(
         f"metrics on http://{LOCAL_ADDR}:{envs[0][ENV_METRICS_PORT]}/metrics, "
         f"logs in {output_dir / 'logs'}"
     )
+    note = None
     if changed:
         note = f"resuming with a changed job (--allow-config-change): {', '.join(changed)}"
         console.line(note + "; earlier configs in config-history.jsonl")
-    procs: list[subprocess.Popen[bytes]] = []
-    for env, path in zip(envs, log_paths, strict=True):
-        with path.open("ab") as logf:
-            banner = f"=== kubegan run {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n"
-            if changed:
-                banner += f"=== {note} ===\n"
-            logf.write(banner.encode())
-            logf.flush()
-            # A new session: the terminal's Ctrl-C reaches only us; we forward it as
-            # SIGTERM, the signal a pod gets, so the workers take the checkpoint path.
-            # The run directory's lock is inherited, so it is held while any worker lives;
-            # the parent-death signal ends the workers if we are killed outright.
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "kubegan_trainer"],
-                    env=env,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    pass_fds=(lock_fd,),
-                    preexec_fn=parent_death_hook(),
-                )
-            )
+    procs = [
+        _start_worker(env, path, lock_fd, note) for env, path in zip(envs, log_paths, strict=True)
+    ]
+    code, stop_requests = _supervise_until_done(procs, tails, console, output_dir)
+    return _finish(console, tails[0], output_dir, code, stop_requests)
 
+
+def _start_worker(
+    env: dict[str, str], log_path: Path, lock_fd: int, note: str | None
+) -> subprocess.Popen[bytes]:
+    """`python -m kubegan_trainer` with `env`, its output appended to `log_path` after a
+    banner (and the changed-job note)."""
+    with log_path.open("ab") as logf:
+        banner = f"=== kubegan run {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n"
+        if note:
+            banner += f"=== {note} ===\n"
+        logf.write(banner.encode())
+        logf.flush()
+        # A new session: the terminal's Ctrl-C reaches only us; we forward it as
+        # SIGTERM, the signal a pod gets, so the workers take the checkpoint path.
+        # The run directory's lock is inherited, so it is held while any worker lives;
+        # the parent-death signal ends the workers if we are killed outright.
+        return subprocess.Popen(
+            [sys.executable, "-m", "kubegan_trainer"],
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=(lock_fd,),
+            preexec_fn=parent_death_hook(),
+        )
+
+
+def _supervise_until_done(
+    procs: Sequence[subprocess.Popen[bytes]],
+    tails: Sequence[_LogTail],
+    console: _Console,
+    output_dir: Path,
+) -> tuple[int, int]:
+    """Supervise the workers to their end, forwarding Ctrl-C, SIGTERM and SIGHUP to them
+    (once as SIGTERM, then as SIGKILL); the first failing worker's code (or the first
+    non-zero one) and how many stop signals came. No worker outlives it."""
     stop_requests = 0
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -258,11 +276,19 @@ def _run_locked(
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    return code, stop_requests
+
+
+def _finish(
+    console: _Console, tail: _LogTail, output_dir: Path, code: int, stop_requests: int
+) -> int:
+    """Rank 0's last words, then the summary table (finished) or how to resume (stopped);
+    the exit code for the CLI."""
     console.clear_bar()
-    for line in tails[0].lines():
+    for line in tail.lines():
         _echo(console, line)
     if code == 0:
-        rows, unreadable = MetricsLog(output_dir / "metrics.jsonl").read_rows()
+        rows, unreadable = MetricsLog(output_dir / METRICS_FILE).read_rows()
         console.line("")
         console.line(summary_table(rows, unreadable))  # a note line for rows it leaves out
         console.line(
@@ -286,7 +312,7 @@ def _supervise(
     tails: Sequence[_LogTail],
     console: _Console,
     output_dir: Path,
-    stop_requests: Any,
+    stop_requests: Callable[[], int],
 ) -> int:
     failed_at: float | None = None
     code = 0
@@ -297,17 +323,12 @@ def _supervise(
         if bar:
             console.set_bar(bar)
         codes = [p.poll() for p in procs]
-        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         # Checked before "all exited": a lone worker that crashed must still be reported.
-        if bad and failed_at is None and not stop_requests():
-            i, c = bad[0]
-            code = c
+        failed = next(((i, c) for i, c in enumerate(codes) if c not in (None, 0)), None)
+        if failed and failed_at is None and not stop_requests():
+            code = failed[1]
             failed_at = time.monotonic()
-            console.clear_bar()
-            _report_failure(console, i, c, tails[i].path)
-            for p in procs:  # peers would wait in collectives until a timeout
-                if p.poll() is None:
-                    os.kill(p.pid, signal.SIGTERM)
+            _stop_after_failure(console, procs, tails, *failed)
         if all(c is not None for c in codes):
             return code or next((c for c in codes if c), 0)
         if failed_at is not None and time.monotonic() - failed_at > KILL_GRACE_SECONDS:
@@ -315,6 +336,22 @@ def _supervise(
                 if p.poll() is None:
                     p.kill()
         time.sleep(0.2)
+
+
+def _stop_after_failure(
+    console: _Console,
+    procs: Sequence[subprocess.Popen[bytes]],
+    tails: Sequence[_LogTail],
+    index: int,
+    code: int,
+) -> None:
+    """Worker `index` failed with `code`: say why, and stop its peers (they would wait in
+    collectives until a timeout)."""
+    console.clear_bar()
+    _report_failure(console, index, code, tails[index].path)
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGTERM)
 
 
 def _report_failure(console: _Console, index: int, code: int, log_path: Path) -> None:

@@ -100,6 +100,20 @@ class GanTrainer:
         self.precision = t.mixed_precision
         self.output = Path(env.output_dir)
 
+        self._place_networks(task)
+        self.opt_g = make_optimizer(self.G.parameters(), t.generator, t.zero)
+        self.opt_d = make_optimizer(self.D.parameters(), t.discriminator, t.zero)
+        self.scaler = make_scaler(self.precision, self.device)
+        self._plan_data(dataset)
+        self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
+        self.store = CheckpointStore(
+            Path(env.checkpoint_dir), config.checkpoint.keep, warn=log.warning
+        )
+
+    # ---- set-up helpers ----------------------------------------------------------------
+    def _place_networks(self, task: GanTask) -> None:
+        """G and D on this rank's device (channels-last where it pays), each in its own DDP
+        wrapper when there are peers."""
         self.channels_last = self._want_channels_last()
         fmt = self._memory_format()
         self.G = (
@@ -124,32 +138,27 @@ class GanTrainer:
             self.D_ddp: nn.Module = DDP(self.D, device_ids=ids, broadcast_buffers=False)
         else:
             self.G_ddp, self.D_ddp = self.G, self.D
-        self.opt_g = make_optimizer(self.G.parameters(), t.generator, t.zero)
-        self.opt_d = make_optimizer(self.D.parameters(), t.discriminator, t.zero)
-        self.scaler = make_scaler(self.precision, self.device)
 
+    def _plan_data(self, dataset: Dataset) -> None:
+        """This rank's share of every epoch (DistributedSampler), the steps it makes, and the
+        data set's arrays as tensors (pinned for a GPU)."""
         n = len(dataset)
         self.sampler = DistributedSampler(
             range(n),
             num_replicas=self.world,
-            rank=dist_info.rank,
+            rank=self.rank,
             shuffle=True,
-            seed=t.seed,
+            seed=self.config.training.seed,
             drop_last=True,
         )
         self.samples_per_step = self.batch * self.k * self.world
-        self.steps_per_epoch = driver.steps_per_epoch(config, n, self.world)
+        self.steps_per_epoch = driver.steps_per_epoch(self.config, n, self.world)
         pin = self.device.type == "cuda"
         self.arrays = {
             k: (torch.from_numpy(v).pin_memory() if pin else torch.from_numpy(v))
             for k, v in dataset.arrays.items()
         }
-        self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
-        self.store = CheckpointStore(
-            Path(env.checkpoint_dir), config.checkpoint.keep, warn=log.warning
-        )
 
-    # ---- set-up helpers ----------------------------------------------------------------
     def _want_channels_last(self) -> bool:
         model = self.config.model
         opt = settings(model.name.value, model.options)["channelsLast"]
