@@ -155,7 +155,9 @@ NAMESPACE_LABEL = "namespace"
 # ---- exit codes (DESIGN §5, §9) -----------------------------------------------------------
 
 EXIT_OK = 0  # the last epoch is done
-EXIT_USER_ERROR = 2  # the job's input is wrong (config, data, checkpoints): a permanent failure
+# The job's input is wrong (config, data, checkpoints). DESIGN §9 makes it a permanent
+# failure; the operator counts it as an application failure so far.
+EXIT_USER_ERROR = 2
 EXIT_STOPPED = 130  # `kubegan run` stopped by Ctrl-C/SIGTERM/SIGHUP, checkpointed, resumable
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM: stopped early after a checkpoint, resumable
 
