@@ -23,7 +23,7 @@ def require_free_ports(args: argparse.Namespace) -> None:
     """Both servers' ports bindable before anything starts: kopf binds the liveness port inside
     its event loop, where a taken port ends the operator with aiohttp's words and no flag."""
     for port, flag in ((args.metrics_port, "--metrics-port"), (args.health_port, "--health-port")):
-        if not is_bindable(port):
+        if not is_bindable(port, reuse_addr=True):  # as the servers bind
             raise InputError(
                 [
                     f"kubegan operator: port {port} ({flag}) is already in use by another "

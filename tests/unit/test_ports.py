@@ -175,3 +175,21 @@ def test_nothing_else_picks_a_port_by_bind_zero_or_by_connecting() -> None:
         if bind_zero.search(p.read_text()) or probe.search(p.read_text())
     ]
     assert offenders == []
+
+
+def test_time_wait_is_taken_for_others_but_not_for_a_server_that_reuses_addresses() -> None:
+    """A restarted operator's own connections from a moment ago sit in TIME_WAIT on its port:
+    the strict check refuses the port, the check the operator uses (as its servers bind, with
+    SO_REUSEADDR) does not."""
+    port = a_free_window(1)
+    with socket.socket() as server, socket.socket() as client:
+        # the servers (prometheus_client, aiohttp) set SO_REUSEADDR, and so do their sockets
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", port))
+        server.listen()
+        client.connect(("127.0.0.1", port))
+        conn, _ = server.accept()
+        conn.close()  # the server's side closes first: its end waits in TIME_WAIT
+        client.recv(1)
+    assert not ports.is_bindable(port)
+    assert ports.is_bindable(port, reuse_addr=True)

@@ -62,10 +62,15 @@ def candidate_ranges(span: int, ephemeral: tuple[int, int]) -> list[range]:
     return [r for r in (below, above) if len(r) > 0]
 
 
-def is_bindable(port: int) -> bool:
+def is_bindable(port: int, *, reuse_addr: bool = False) -> bool:
     """True when `port` can be bound on every IPv4 address right now (a listener on any one
-    address, or a socket still in TIME_WAIT, makes the wildcard bind fail)."""
+    address makes the wildcard bind fail). Without `reuse_addr` a socket still in TIME_WAIT
+    counts as taken too: strict, for ports handed out to others. A server that binds with
+    SO_REUSEADDR itself (the operator's) is checked with `reuse_addr=True`, or its own
+    connections from a moment ago would keep it from starting again."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        if reuse_addr:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("0.0.0.0", port))
         except OSError:
