@@ -48,16 +48,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "operator"), str(ROOT / "trainer")]
 
-from kubegan_operator.api import GANTrainingJobSpec  # noqa: E402
-from kubegan_operator.cache import FreeCapacity, index_node  # noqa: E402
-from kubegan_operator.planner import plan  # noqa: E402
-from kubegan_operator.topology import (  # noqa: E402
+from kubegan_operator.api.spec import GANTrainingJobSpec  # noqa: E402
+from kubegan_operator.foundation.topology import (  # noqa: E402
     PodUsage,
     assemble_inventory,
     build_inventory,
     node_capacity,
     pod_usage,
 )
+from kubegan_operator.placement.planner import plan  # noqa: E402
+from kubegan_operator.runtime.cache import FreeCapacity, index_node  # noqa: E402
 from kubegan_trainer.contract import ATTEMPT_LABEL, ENV_NUM_WORKERS, JOB_NAME_LABEL  # noqa: E402
 from kubegan_trainer.ports import reserve_ports  # noqa: E402
 
@@ -469,7 +469,7 @@ class OperatorProcess:
         # `source` holds operator/ and trainer/: this tree, or another revision's (a "before").
         env["PYTHONPATH"] = os.pathsep.join([str(source / "operator"), str(source / "trainer")])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kubegan_operator.cli", "operator",
+            [sys.executable, "-m", "kubegan_operator.entry.cli", "operator",
              "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
              # KWOK pods have made-up IPs: nothing to scrape.
              "--no-trainer-progress"],

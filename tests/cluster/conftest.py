@@ -113,7 +113,7 @@ class Operator:
             [
                 sys.executable,
                 "-m",
-                "kubegan_operator.cli",
+                "kubegan_operator.entry.cli",
                 "operator",
                 "--metrics-port",
                 str(self.metrics_port),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubegan_operator.cli import main
-from kubegan_operator.crd import crd
+from kubegan_operator.api.crd import crd
+from kubegan_operator.entry.cli import main
 
 from tests.cluster.conftest import Kubectl, wait_for
 from tests.support.cel_cases import Example, crd_rules, examples

@@ -1,6 +1,6 @@
 """Acceptance 2: `helm install` into the real control plane succeeds; the operator, run with
 exactly the chart's ServiceAccount permissions, reconciles a job end to end; and the granted
-rules are exactly the ones the operator uses (operator/kubegan_operator/kube.py + kopf)."""
+rules are exactly the ones the operator uses (operator/kubegan_operator/runtime/kube.py + kopf)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_chart_trainer_images_reach_the_renderer(cluster: Kubectl, release: Rele
         for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     code = (
-        "from kubegan_operator.render import DEFAULT_IMAGES; "
+        "from kubegan_operator.placement.render import DEFAULT_IMAGES; "
         "print(DEFAULT_IMAGES['pytorch'], DEFAULT_IMAGES['tensorflow'])"
     )
     out = subprocess.run(

@@ -98,7 +98,7 @@ def scrape_configs(
 def start_run(job: Path, out: Path) -> tuple[subprocess.Popen[bytes], int]:
     log = (out.parent / "kubegan-run.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubegan_operator.api import GANTrainingJob
-from kubegan_operator.planner import plan
-from kubegan_operator.render import render_pod
-from kubegan_operator.topology import build_inventory
+from kubegan_operator.api.spec import GANTrainingJob
+from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.placement.planner import plan
+from kubegan_operator.placement.render import render_pod
 from kubegan_trainer.contract import (
     ATTEMPT_LABEL,
     ENV_TPU_WORKER_ID,

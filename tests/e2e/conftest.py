@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubegan_operator.pricing import DEFAULT_PRICES
+from kubegan_operator.api.pricing import DEFAULT_PRICES
 from kubegan_trainer.contract import JOB_NAME_LABEL
 
 from tests.support.control_plane import base_env, cluster_up

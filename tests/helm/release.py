@@ -163,7 +163,7 @@ class ChartOperator(Operator):
         env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig)}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kubegan_operator.cli", *self.args],
+            [sys.executable, "-m", "kubegan_operator.entry.cli", *self.args],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -183,7 +183,7 @@ def foreign_operators(mine: Operator) -> list[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"kubegan_operator.cli" in argv and b"operator" in argv:
+        if b"kubegan_operator.entry.cli" in argv and b"operator" in argv:
             pids.append(int(proc.name))
     return pids
 

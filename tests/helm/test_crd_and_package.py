@@ -5,7 +5,7 @@ from __future__ import annotations
 import tarfile
 
 import yaml
-from kubegan_operator.crd import crd_yaml
+from kubegan_operator.api.crd import crd_yaml
 
 from tests.helm.chart import CHART, KUBE_VERSION, ROOT, helm
 

@@ -9,11 +9,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from kubegan_operator.api import GANTrainingJob
-from kubegan_operator.loading import load_prices
-from kubegan_operator.planner import static_plan
-from kubegan_operator.pricing import DEFAULT_PRICES
-from kubegan_operator.render import render_pod
+from kubegan_operator.api.loading import load_prices
+from kubegan_operator.api.pricing import DEFAULT_PRICES
+from kubegan_operator.api.spec import GANTrainingJob
+from kubegan_operator.placement.planner import static_plan
+from kubegan_operator.placement.render import render_pod
 from kubegan_trainer.contract import ENV_TRAINER_IMAGE_TF, ENV_TRAINER_IMAGE_TORCH, JOB_NAME_LABEL
 
 from tests.helm.chart import EVERYTHING, VALUES, by_kind, one, template, values_args

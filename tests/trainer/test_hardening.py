@@ -149,7 +149,7 @@ def _files_job(tmp_path: Path, data_path: Path) -> Path:
 
 def kubegan_run(job: Path, out: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -295,7 +295,7 @@ LOOK_ALIKES: dict[str, Callable[[Path], None]] = {
 
 def _run_main(job: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> str:
     """`kubegan run` in this process; its exit code must be 2 with one line on stderr."""
-    from kubegan_operator.cli import main
+    from kubegan_operator.entry.cli import main
 
     assert main(["run", str(job), "--output", str(out)]) == 2
     captured = capsys.readouterr()

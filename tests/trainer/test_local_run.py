@@ -39,7 +39,7 @@ JOB = {
 def _start(job: Path, out: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -115,7 +115,7 @@ def test_bad_job_file_is_one_line(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({**JOB, "spec": {**JOB["spec"], "training": {"epochs": 0}}}))
     p = subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job)],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from kubegan_operator.cli import main as kubegan
+from kubegan_operator.entry.cli import main as kubegan
 from kubegan_trainer.data.digits import load_digits_dataset
 
 EPOCHS = 8

@@ -108,7 +108,7 @@ def test_allowed_config_change_is_recorded(tmp_path: Path) -> None:
 def test_kubegan_run_refuses_a_changed_job_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kubegan_operator.cli import main
+    from kubegan_operator.entry.cli import main
 
     out = tmp_path / "run"
     _seed_run(out, seed=1)
@@ -163,7 +163,7 @@ def _listening_addresses(port: int) -> set[str]:
 
 def _launch(job: Path, out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

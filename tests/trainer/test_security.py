@@ -116,7 +116,7 @@ def test_validate_refuses_a_standard_library_entrypoint(entrypoint: str, tmp_pat
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(_job(entrypoint)))
     p = subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", "validate", str(job)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "validate", str(job)],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -130,7 +130,7 @@ def test_validate_refuses_a_standard_library_entrypoint(entrypoint: str, tmp_pat
 def test_validate_accepts_a_user_module_without_importing_it(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(_job("mypackage.models:build")))
-    from kubegan_operator.cli import main
+    from kubegan_operator.entry.cli import main
 
     assert main(["validate", str(job)]) == 0
     assert "mypackage" not in sys.modules

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kubegan_operator.podstate import exit_checkpoint
+from kubegan_operator.foundation.podstate import exit_checkpoint
 from kubegan_trainer import termination
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.contract import (

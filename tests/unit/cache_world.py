@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from kubegan_operator import cache
+from kubegan_operator.runtime import cache
 from kubegan_trainer.contract import CONTAINER_NAME, JOB_NAME_LABEL
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 from hypothesis import strategies as st
-from kubegan_operator.cli import main
+from kubegan_operator.entry.cli import main
 
 from tests.unit.nodes import node, pod
 
@@ -338,9 +338,9 @@ def cli_cases(draw: st.DrawFn) -> tuple[str, dict[str, str | bytes]]:
 def check_planner(spec_doc: Any, nodes: Any, pods: Any) -> None:
     """The planner on decoded objects: problems, never exceptions; capacity never negative
     nor more than the node has; a feasible plan uses distinct nodes that fit."""
-    from kubegan_operator.api import decode_job
-    from kubegan_operator.planner import plan
-    from kubegan_operator.topology import build_inventory
+    from kubegan_operator.api.spec import decode_job
+    from kubegan_operator.foundation.topology import build_inventory
+    from kubegan_operator.placement.planner import plan
     from pydantic import ValidationError
 
     try:

@@ -8,8 +8,8 @@ import asyncio
 import random
 from datetime import UTC, datetime, timedelta
 
-from kubegan_operator import cache
-from kubegan_operator.topology import assemble_inventory, build_inventory, pod_usage
+from kubegan_operator.foundation.topology import assemble_inventory, build_inventory, pod_usage
+from kubegan_operator.runtime import cache
 from kubegan_trainer.contract import GANG_GATE, JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
 from tests.unit import nodes as n
@@ -238,7 +238,7 @@ def test_only_the_jobs_own_services_and_config_maps_are_indexed() -> None:
 def test_the_index_handlers_read_kopf_bodies() -> None:
     """kopf hands handlers a read-only Body view, not the dict the API sent."""
     import kopf
-    from kubegan_operator import controller
+    from kubegan_operator.runtime import controller
 
     # Coroutines (kopf would run plain functions in its thread pool, one hop per event).
     run = asyncio.run

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubegan_operator.api import (
+from kubegan_operator.api.crd import crd
+from kubegan_operator.api.spec import (
     CROSS_FIELD_RULES,
     GANTrainingJobSpec,
     framework_rules,
     source_rules,
 )
-from kubegan_operator.cli import main
-from kubegan_operator.crd import crd
+from kubegan_operator.entry.cli import main
 from kubegan_trainer.config import (
     MODELS_BY_FRAMEWORK,
     SOURCES_BY_MODEL,

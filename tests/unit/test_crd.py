@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubegan_operator.api import CROSS_FIELD_RULES
-from kubegan_operator.crd import crd_yaml
+from kubegan_operator.api.crd import crd_yaml
+from kubegan_operator.api.spec import CROSS_FIELD_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "gantrainingjobs.kubegan.io.yaml"
@@ -17,7 +17,7 @@ CRD_FILE = ROOT / "crds" / "gantrainingjobs.kubegan.io.yaml"
 
 def test_committed_crd_equals_generated() -> None:
     generated = subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", "crd"],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "crd"],
         capture_output=True,
         text=True,
         check=True,

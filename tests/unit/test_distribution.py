@@ -37,7 +37,7 @@ def test_the_decision(
 
 def test_the_operator_imports_it_without_tensorflow() -> None:
     code = (
-        "import sys, kubegan_trainer.distribution, kubegan_operator.planner; "
+        "import sys, kubegan_trainer.distribution, kubegan_operator.placement.planner; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'torch'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

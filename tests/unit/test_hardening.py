@@ -365,7 +365,7 @@ def test_an_empty_argument_is_named(
     args: list[str], line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`kubegan validate ""` said `.: is a directory`: Path("") is the current directory."""
-    from kubegan_operator.cli import main
+    from kubegan_operator.entry.cli import main
 
     with pytest.raises(SystemExit) as code:
         main(args)
@@ -383,7 +383,7 @@ def _operator(tmp_path: Path, kubeconfig: str | None) -> subprocess.CompletedPro
     if kubeconfig is not None:
         env["KUBECONFIG"] = kubeconfig
     return subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", "operator"],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "operator"],
         env=env,
         capture_output=True,
         text=True,

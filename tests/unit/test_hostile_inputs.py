@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
-from kubegan_operator.cli import main
-from kubegan_operator.loading import LIST_LIMITS, InputError, load_prices, read_text
-from kubegan_operator.planner import plan, static_plan
-from kubegan_operator.topology import build_inventory
+from kubegan_operator.api.loading import LIST_LIMITS, InputError, load_prices, read_text
+from kubegan_operator.entry.cli import main
+from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.placement.planner import plan, static_plan
 from kubegan_trainer.contract import ENV_COST_RATE_PER_HOUR
 
 from tests.unit.hostile import ALIAS_BOMB
@@ -32,7 +32,7 @@ TIMEOUT = 60  # a subprocess that has not answered by then hangs
 def kubegan(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
     """The CLI in a child process: hangs show as timeouts, tracebacks on stderr."""
     return subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", *args],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", *args],
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
@@ -272,7 +272,7 @@ def test_strict_types_as_the_crd_declares(
 
 
 def test_the_crd_carries_the_same_limits() -> None:
-    from kubegan_operator.crd import crd
+    from kubegan_operator.api.crd import crd
 
     spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     props = spec["properties"]
@@ -352,7 +352,7 @@ def test_huge_cpu_request_passes_validate_and_plans(tmp_path: Path) -> None:
 
 
 def _spec(**resources: Any) -> Any:
-    from kubegan_operator.api import GANTrainingJobSpec
+    from kubegan_operator.api.spec import GANTrainingJobSpec
 
     return GANTrainingJobSpec.model_validate(
         {"framework": "pytorch", "model": {"name": "dcgan"}, "resources": resources}
@@ -399,7 +399,7 @@ def test_3x3_tpu_topology_is_refused_not_rounded_to_8_chips(tmp_path: Path) -> N
 def test_static_plan_never_rounds_a_slice_down() -> None:
     # A spec made in Python without validation (as a test or a future caller might):
     # the planner itself still refuses to turn 9 chips into 2 hosts of 4.
-    from kubegan_operator.api import ResourcesSpec, TpuSpec
+    from kubegan_operator.api.spec import ResourcesSpec, TpuSpec
 
     tpu = TpuSpec.model_construct(accelerator="tpu-v4-podslice", topology="3x3")
     spec = _spec(workers=1, gpusPerWorker=0).model_copy(
@@ -502,7 +502,7 @@ def test_os_errors_name_what_failed() -> None:
 
 def test_broken_pipe_is_quiet() -> None:
     result = subprocess.run(
-        f"{sys.executable} -m kubegan_operator.cli crd | head -1",
+        f"{sys.executable} -m kubegan_operator.entry.cli crd | head -1",
         shell=True,
         capture_output=True,
         text=True,

@@ -1,5 +1,5 @@
-"""The operator's layers (docs/design.md §11): every module belongs to one, and imports only
-from its own layer or the ones below. The trainer never imports the operator."""
+"""The operator's layers (docs/design.md §11) are its subpackages: every module lives in one,
+and imports only from its own layer or the ones below. The trainer never imports the operator."""
 
 from __future__ import annotations
 
@@ -11,66 +11,54 @@ OPERATOR = ROOT / "operator" / "kubegan_operator"
 TRAINER = ROOT / "trainer" / "kubegan_trainer"
 
 # Bottom to top; kept equal to docs/design.md §11.
-LAYERS: list[tuple[str, set[str]]] = [
-    (
-        "foundation",
-        {
-            "__init__",
-            "timeutil",
-            "cel",
-            "topology",
-            "podstate",
-            "progress",
-            "heap",
-            "workqueue",
-            "leader",
-            "cost",
-        },
-    ),
-    ("api", {"api", "pricing", "loading", "crd"}),
-    ("placement", {"planner", "replan", "localplan", "render"}),
-    ("decide", {"snapshot", "reconcile"}),
-    ("runtime", {"kube", "threads", "cache", "metrics", "observe", "apply", "controller"}),
-    ("entry", {"main", "cli"}),
-]
+LAYERS = ["foundation", "api", "placement", "decide", "runtime", "entry"]
 
 
 def operator_imports(path: Path) -> set[str]:
+    """The layers (subpackages) a module imports from; the package root counts as none."""
     deps: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "kubegan_operator":
-                deps |= {a.name for a in node.names if not a.name.startswith("__")}
-            elif node.module.startswith("kubegan_operator."):
-                deps.add(node.module.split(".")[1])
+            if node.level:
+                raise AssertionError(
+                    f"{path}: relative import; the layer table reads absolute ones"
+                )
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
-            deps |= {
-                a.name.split(".")[1] for a in node.names if a.name.startswith("kubegan_operator.")
-            }
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "kubegan_operator" and len(parts) > 1 and parts[1] in LAYERS:
+                deps.add(parts[1])
     return deps
 
 
-def layer_of() -> dict[str, int]:
-    return {module: i for i, (_, modules) in enumerate(LAYERS) for module in modules}
+def layer(path: Path) -> str:
+    return path.relative_to(OPERATOR).parts[0]
 
 
-def test_every_operator_module_has_one_layer() -> None:
-    modules = {p.stem for p in OPERATOR.glob("*.py")}
-    placed = [m for _, ms in LAYERS for m in ms]
-    assert len(placed) == len(set(placed)), "a module is in two layers"
-    assert modules == set(placed), {
-        "not in a layer": sorted(modules - set(placed)),
-        "no such module": sorted(set(placed) - modules),
+def test_every_operator_module_lives_in_one_layer() -> None:
+    loose = [p.name for p in OPERATOR.glob("*.py") if p.name != "__init__.py"]
+    assert loose == [], "modules outside a layer subpackage"
+    packages = {p.name for p in OPERATOR.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(LAYERS), {
+        "not in the table": sorted(packages - set(LAYERS)),
+        "no such package": sorted(set(LAYERS) - packages),
     }
+    nested = [str(p) for p in OPERATOR.glob("*/*/*.py")]
+    assert nested == [], "layers are one level deep"
 
 
 def test_no_import_points_up_a_layer() -> None:
-    layers = layer_of()
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    modules = sorted(OPERATOR.glob("*/*.py"))
+    assert len(modules) > 20
     upward = [
-        f"{p.stem} ({LAYERS[layers[p.stem]][0]}) imports {dep} ({LAYERS[layers[dep]][0]})"
-        for p in sorted(OPERATOR.glob("*.py"))
+        f"{p.relative_to(OPERATOR)} ({layer(p)}) imports {dep}"
+        for p in modules
         for dep in sorted(operator_imports(p))
-        if dep in layers and layers[dep] > layers[p.stem]
+        if rank[dep] > rank[layer(p)]
     ]
     assert upward == []
 

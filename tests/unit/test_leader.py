@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kubegan_operator.leader import LeaseConfig, LeaseElector, claim
+from kubegan_operator.foundation.leader import LeaseConfig, LeaseElector, claim
 from kubernetes.client.exceptions import ApiException
 
 NOW = datetime(2026, 11, 23, 18, 0, tzinfo=UTC)

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubegan_operator import cli
-from kubegan_operator.api import GANTrainingJobSpec
-from kubegan_operator.loading import load_job
-from kubegan_operator.localplan import local_plan
-from kubegan_operator.planner import plan
-from kubegan_operator.pricing import DEFAULT_PRICES
-from kubegan_operator.topology import build_inventory
+from kubegan_operator.api.loading import load_job
+from kubegan_operator.api.pricing import DEFAULT_PRICES
+from kubegan_operator.api.spec import GANTrainingJobSpec
+from kubegan_operator.entry import cli
+from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.placement.localplan import local_plan
+from kubegan_operator.placement.planner import plan
 
 from tests.unit.nodes import node
 

@@ -25,11 +25,11 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kubegan_operator.cli import main
-from kubegan_operator.crd import declared_options, spec_schema
-from kubegan_operator.loading import InputError, job_from_object
-from kubegan_operator.reconcile import reconcile
-from kubegan_operator.snapshot import JobSnapshot
+from kubegan_operator.api.crd import declared_options, spec_schema
+from kubegan_operator.api.loading import InputError, job_from_object
+from kubegan_operator.decide.reconcile import reconcile
+from kubegan_operator.decide.snapshot import JobSnapshot
+from kubegan_operator.entry.cli import main
 from kubegan_trainer.__main__ import load_config
 from kubegan_trainer.contract import EXIT_USER_ERROR
 from kubegan_trainer.errors import TrainerError
@@ -361,7 +361,7 @@ def test_kubegan_run_refuses_a_bad_option_in_one_line(tmp_path: Path) -> None:
     bad.write_text(text.replace("options: {imageSize: 16}", 'options: {imageSize: 16, ngf: "8"}'))
     out = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", "run", str(bad), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(bad), "--output", str(out)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubegan_operator import controller
+from kubegan_operator.runtime import controller
 
 from tests.unit.cache_world import Indexes, job_body, pod_body
 

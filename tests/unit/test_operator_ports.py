@@ -23,7 +23,7 @@ def test_a_taken_port_is_named_with_its_flag(flag: str) -> None:
             [
                 sys.executable,
                 "-m",
-                "kubegan_operator.cli",
+                "kubegan_operator.entry.cli",
                 "operator",
                 flag,
                 str(taken),

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kubegan_operator.api import CostSpec, GANTrainingJobSpec
-from kubegan_operator.cli import main
-from kubegan_operator.planner import choose_gpu_shape, divisors_descending, plan
-from kubegan_operator.pricing import PriceTable
-from kubegan_operator.topology import build_inventory
+from kubegan_operator.api.pricing import PriceTable
+from kubegan_operator.api.spec import CostSpec, GANTrainingJobSpec
+from kubegan_operator.entry.cli import main
+from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.placement.planner import choose_gpu_shape, divisors_descending, plan
 from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
 from tests.unit.nodes import node, pod

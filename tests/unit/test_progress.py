@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kubegan_operator.progress import (
+from kubegan_operator.foundation.progress import (
     TrainerProgress,
     fetch_progress,
     last_epoch_seconds,

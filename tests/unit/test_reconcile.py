@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kubegan_operator.api import GANTrainingJobSpec
-from kubegan_operator.cost import dollars_now
-from kubegan_operator.planner import Plan
-from kubegan_operator.podstate import Outcome, classify
-from kubegan_operator.reconcile import Decision, hourly, reconcile
-from kubegan_operator.snapshot import JobSnapshot, Planner
-from kubegan_operator.timeutil import parse_time
+from kubegan_operator.api.spec import GANTrainingJobSpec
+from kubegan_operator.decide.reconcile import Decision, hourly, reconcile
+from kubegan_operator.decide.snapshot import JobSnapshot, Planner
+from kubegan_operator.foundation.cost import dollars_now
+from kubegan_operator.foundation.podstate import Outcome, classify
+from kubegan_operator.foundation.timeutil import parse_time
+from kubegan_operator.placement.planner import Plan
 from kubegan_trainer.contract import (
     ATTEMPT_LABEL,
     CONTAINER_NAME,
@@ -449,7 +449,7 @@ def test_a_released_gang_the_scheduler_has_not_reached_yet_writes_nothing() -> N
 
 
 def test_progress_and_last_checkpoint_from_worker_0() -> None:
-    from kubegan_operator.progress import ProgressUpdate
+    from kubegan_operator.foundation.progress import ProgressUpdate
 
     w = running_world()
     update = ProgressUpdate(epoch=7, last_epoch_seconds=115.04, checkpoint=(7, 0, 1.8e9))
@@ -461,7 +461,7 @@ def test_progress_and_last_checkpoint_from_worker_0() -> None:
 
 
 def test_a_finished_job_shows_its_last_epoch_even_if_the_last_read_was_earlier() -> None:
-    from kubegan_operator.progress import ProgressUpdate
+    from kubegan_operator.foundation.progress import ProgressUpdate
 
     w = running_world()
     d = w.step(progress=ProgressUpdate(epoch=59, last_epoch_seconds=100.0, checkpoint=None))

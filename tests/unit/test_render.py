@@ -9,11 +9,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from kubegan_operator.cli import main
-from kubegan_operator.loading import load_job
-from kubegan_operator.planner import Plan, plan
-from kubegan_operator.render import render_all
-from kubegan_operator.topology import build_inventory
+from kubegan_operator.api.loading import load_job
+from kubegan_operator.entry.cli import main
+from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.placement.planner import Plan, plan
+from kubegan_operator.placement.render import render_all
 from kubegan_trainer import contract
 
 from tests.unit.nodes import node
@@ -48,7 +48,7 @@ def tpu_nodes() -> list[dict[str, Any]]:
 
 def rendered(example: str, nodes: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     job = load_job(EXAMPLES / example)
-    from kubegan_operator.planner import static_plan
+    from kubegan_operator.placement.planner import static_plan
 
     p = plan(job.spec, build_inventory(nodes)) if nodes is not None else static_plan(job.spec)
     assert p.feasible, p.reason
@@ -310,7 +310,7 @@ def test_tpu_env_and_resources() -> None:
 def test_spot_never_excludes_spot_labels() -> None:
     job = load_job(EXAMPLES / "digits-local.yaml")
     job.spec.placement.spot = job.spec.placement.spot.__class__("never")
-    from kubegan_operator.planner import static_plan
+    from kubegan_operator.placement.planner import static_plan
 
     pod = render_all(job, static_plan(job.spec))[2]
     terms = pod["spec"]["affinity"]["nodeAffinity"][

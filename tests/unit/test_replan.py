@@ -8,13 +8,13 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from kubegan_operator import cache
-from kubegan_operator.api import GANTrainingJob
-from kubegan_operator.planner import Plan
-from kubegan_operator.reconcile import REPLAN_AFTER_SECONDS
-from kubegan_operator.render import render_pod
-from kubegan_operator.replan import PinnedWorker, unbindable
-from kubegan_operator.topology import NodeInfo, node_capacity
+from kubegan_operator.api.spec import GANTrainingJob
+from kubegan_operator.decide.reconcile import REPLAN_AFTER_SECONDS
+from kubegan_operator.foundation.topology import NodeInfo, node_capacity
+from kubegan_operator.placement.planner import Plan
+from kubegan_operator.placement.render import render_pod
+from kubegan_operator.placement.replan import PinnedWorker, unbindable
+from kubegan_operator.runtime import cache
 from kubegan_trainer.contract import PLANNED_NODE_ANNOTATION
 
 from tests.unit.cache_world import Indexes, pod_body

@@ -5,8 +5,8 @@ test_reconcile."""
 from __future__ import annotations
 
 import pytest
-from kubegan_operator.planner import Plan
-from kubegan_operator.reconcile import COST_ACCRUAL_SECONDS, REPLAN_AFTER_SECONDS
+from kubegan_operator.decide.reconcile import COST_ACCRUAL_SECONDS, REPLAN_AFTER_SECONDS
+from kubegan_operator.placement.planner import Plan
 
 from tests.unit.test_reconcile import World, job, running_world
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubegan_operator import loading
-from kubegan_operator.cli import main
-from kubegan_operator.loading import InputError
-from kubegan_operator.topology import parse_quantity
+from kubegan_operator.api import loading
+from kubegan_operator.api.loading import InputError
+from kubegan_operator.entry.cli import main
+from kubegan_operator.foundation.topology import parse_quantity
 from kubegan_trainer.cluster_env import visible_gpus
 
 from tests.unit.nodes import node
@@ -63,7 +63,7 @@ def test_deeply_nested_yaml(tmp_path: Path) -> None:
     deep = tmp_path / "deep.yaml"
     deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
     result = subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", "validate", str(deep)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "validate", str(deep)],
         capture_output=True,
         text=True,
         check=False,

@@ -9,7 +9,8 @@ import copy
 from typing import Any
 
 import pytest
-from kubegan_operator import api, cache, controller
+from kubegan_operator.api import spec as api
+from kubegan_operator.runtime import cache, controller
 from kubernetes.client.exceptions import ApiException
 
 from tests.unit.cache_world import Indexes

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubegan_operator.cli import main
+from kubegan_operator.entry.cli import main
 from kubegan_trainer.contract import TF_WORKER_PORT, TORCH_MASTER_PORT, TPU_WORKER_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -415,7 +415,7 @@ def test_no_traceback_from_the_real_command(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"\x00\x01: [")
     result = subprocess.run(
-        [sys.executable, "-m", "kubegan_operator.cli", "validate", str(bad)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "validate", str(bad)],
         capture_output=True,
         text=True,
         check=False,

@@ -43,7 +43,7 @@ def _start(job: Path, out: Path) -> subprocess.Popen[str]:
         ENV_TF_LOGICAL_CPUS: "",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_operator.cli", "run", str(job), "--output", str(out)],
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from kubegan_operator.api import GANTrainingJobSpec, PlacementSpec
-from kubegan_operator.planner import Plan, plan
-from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.topology import Inventory, NodeInfo
+from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.api.spec import GANTrainingJobSpec, PlacementSpec
+from kubegan_operator.foundation.topology import Inventory, NodeInfo
+from kubegan_operator.placement.planner import Plan, plan
 
 LOCAL_NODE = "local"
 

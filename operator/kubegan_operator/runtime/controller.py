@@ -30,17 +30,18 @@ import kopf
 from kubegan_trainer.contract import JOB_NAME_LABEL
 from kubernetes.client.exceptions import ApiException
 
-from kubegan_operator import cache, heap, metrics
-from kubegan_operator.api import GROUP, PLURAL, VERSION, Phase
-from kubegan_operator.apply import Applier
-from kubegan_operator.leader import lost_leadership
-from kubegan_operator.observe import Observer
-from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.progress import ProgressReader
-from kubegan_operator.reconcile import Decision, reconcile
-from kubegan_operator.snapshot import JobSnapshot
-from kubegan_operator.threads import ApiThreads
-from kubegan_operator.workqueue import WorkQueue
+from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.api.spec import GROUP, PLURAL, VERSION, Phase
+from kubegan_operator.decide.reconcile import Decision, reconcile
+from kubegan_operator.decide.snapshot import JobSnapshot
+from kubegan_operator.foundation import heap
+from kubegan_operator.foundation.leader import lost_leadership
+from kubegan_operator.foundation.progress import ProgressReader
+from kubegan_operator.foundation.workqueue import WorkQueue
+from kubegan_operator.runtime import cache, metrics
+from kubegan_operator.runtime.apply import Applier
+from kubegan_operator.runtime.observe import Observer
+from kubegan_operator.runtime.threads import ApiThreads
 
 log = logging.getLogger("kubegan.operator")
 

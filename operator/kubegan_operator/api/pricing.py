@@ -17,8 +17,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from kubegan_operator.api import MAX_HOURLY_PRICE
-from kubegan_operator.topology import parse_quantity
+from kubegan_operator.api.spec import MAX_HOURLY_PRICE
+from kubegan_operator.foundation.topology import parse_quantity
 
 
 class _PriceFileModel(BaseModel):

@@ -16,9 +16,9 @@ from typing import Any
 from kubegan_trainer.config import Strategy
 from kubegan_trainer.distribution import decide_strategy
 
-from kubegan_operator.api import GANTrainingJobSpec, SpotPolicy
-from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable, WorkerRequest, cost_per_hour
-from kubegan_operator.topology import (
+from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable, WorkerRequest, cost_per_hour
+from kubegan_operator.api.spec import GANTrainingJobSpec, SpotPolicy
+from kubegan_operator.foundation.topology import (
     GPU_TAINT_KEYS,
     SPOT_TAINT_KEYS,
     TPU_TAINT_KEYS,

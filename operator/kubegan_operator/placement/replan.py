@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from kubegan_operator.topology import GPU_RESOURCE, TPU_RESOURCE, NodeInfo
+from kubegan_operator.foundation.topology import GPU_RESOURCE, TPU_RESOURCE, NodeInfo
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kubegan_operator.timeutil import parse_time
+from kubegan_operator.foundation.timeutil import parse_time
 
 
 def accrued(dollars: float, rate_per_hour: float, seconds: float) -> float:

@@ -22,11 +22,11 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from kubegan_operator import cache, metrics
-from kubegan_operator.reconcile import Decision, failed_status
-from kubegan_operator.snapshot import JobSnapshot
-from kubegan_operator.threads import ApiThreads
-from kubegan_operator.topology import PodUsage, pod_usage
+from kubegan_operator.decide.reconcile import Decision, failed_status
+from kubegan_operator.decide.snapshot import JobSnapshot
+from kubegan_operator.foundation.topology import PodUsage, pod_usage
+from kubegan_operator.runtime import cache, metrics
+from kubegan_operator.runtime.threads import ApiThreads
 
 SHARED_KINDS = frozenset({"Service", "ConfigMap"})
 

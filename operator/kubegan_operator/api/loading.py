@@ -29,7 +29,7 @@ from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStar
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
-from kubegan_operator.api import API_VERSION, KIND, GANTrainingJob, decode_job
+from kubegan_operator.api.spec import API_VERSION, KIND, GANTrainingJob, decode_job
 
 MiB = 1 << 20
 # Deeper than any Kubernetes object kubectl prints (managedFields reach about 20 levels).
@@ -499,7 +499,7 @@ def load_objects(path: str | Path, kind: str) -> list[dict[str, Any]]:
 
 def load_prices(path: str | Path) -> Any:
     """A price table file (`kubegan plan --prices`, `kubegan operator --prices`)."""
-    from kubegan_operator.pricing import PriceTable
+    from kubegan_operator.api.pricing import PriceTable
 
     source = str(path)
     docs = read_yaml(path, PRICE_LIMITS)

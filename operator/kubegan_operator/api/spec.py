@@ -35,8 +35,8 @@ from kubegan_trainer.contract import PEER_PORTS, WORKER_SUFFIX
 from pydantic import Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from kubegan_operator import cel
-from kubegan_operator.topology import parse_quantity
+from kubegan_operator.foundation import cel
+from kubegan_operator.foundation.topology import parse_quantity
 
 GROUP = "kubegan.io"
 VERSION = "v1alpha1"

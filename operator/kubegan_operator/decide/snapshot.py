@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kubegan_operator.api import GANTrainingJobSpec
-from kubegan_operator.planner import Plan
-from kubegan_operator.progress import ProgressUpdate
+from kubegan_operator.api.spec import GANTrainingJobSpec
+from kubegan_operator.foundation.progress import ProgressUpdate
+from kubegan_operator.placement.planner import Plan
 
 # A placement for the job's (validated) spec against the free capacity now.
 Planner = Callable[[GANTrainingJobSpec], Plan]

@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from kubegan_operator.api import GROUP, KIND, PLURAL, VERSION
+from kubegan_operator.api.spec import GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger("kubegan.kube")
 

@@ -10,8 +10,8 @@ from typing import Any
 from kubegan_trainer import contract
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kubegan_operator.api import Phase
-from kubegan_operator.cost import dollars_now
+from kubegan_operator.api.spec import Phase
+from kubegan_operator.foundation.cost import dollars_now
 
 REGISTRY = CollectorRegistry()
 JOB_LABELS = (contract.JOB_LABEL, contract.NAMESPACE_LABEL)

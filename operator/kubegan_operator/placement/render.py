@@ -40,9 +40,8 @@ from kubegan_trainer.contract import (
 )
 
 from kubegan_operator import __version__
-from kubegan_operator.api import API_VERSION, KIND, GANTrainingJob, SpotPolicy
-from kubegan_operator.planner import Plan, job_tolerations
-from kubegan_operator.topology import (
+from kubegan_operator.api.spec import API_VERSION, KIND, GANTrainingJob, SpotPolicy
+from kubegan_operator.foundation.topology import (
     GPU_RESOURCE,
     HOSTNAME_LABEL,
     SPOT_LABELS,
@@ -50,6 +49,7 @@ from kubegan_operator.topology import (
     TPU_RESOURCE,
     TPU_TOPOLOGY_LABEL,
 )
+from kubegan_operator.placement.planner import Plan, job_tolerations
 
 RUN_AS_USER = 1000
 TERMINATION_GRACE_SECONDS = 60

@@ -26,7 +26,8 @@ from typing import Any
 from kubegan_trainer.contract import ATTEMPT_LABEL, worker_name
 from pydantic import ValidationError
 
-from kubegan_operator.api import (
+from kubegan_operator.api.loading import validation_problems
+from kubegan_operator.api.spec import (
     CheckpointStatus,
     CleanPodPolicy,
     Condition,
@@ -38,14 +39,19 @@ from kubegan_operator.api import (
     ProgressStatus,
     RunPolicySpec,
 )
-from kubegan_operator.cost import accrued
-from kubegan_operator.loading import validation_problems
-from kubegan_operator.planner import Plan
-from kubegan_operator.podstate import Outcome, WorkerState, classify, exit_checkpoint, is_gated
-from kubegan_operator.progress import ProgressUpdate
-from kubegan_operator.render import render_config_map, render_pod, render_service
-from kubegan_operator.snapshot import JobSnapshot
-from kubegan_operator.timeutil import now_iso, parse_time
+from kubegan_operator.decide.snapshot import JobSnapshot
+from kubegan_operator.foundation.cost import accrued
+from kubegan_operator.foundation.podstate import (
+    Outcome,
+    WorkerState,
+    classify,
+    exit_checkpoint,
+    is_gated,
+)
+from kubegan_operator.foundation.progress import ProgressUpdate
+from kubegan_operator.foundation.timeutil import now_iso, parse_time
+from kubegan_operator.placement.planner import Plan
+from kubegan_operator.placement.render import render_config_map, render_pod, render_service
 
 TERMINAL = (Phase.succeeded, Phase.failed)
 # Cost in status is brought up to date at every phase change and this often while running.

@@ -10,11 +10,17 @@ from kubegan_trainer.ports import is_bindable
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from kubegan_operator import controller, heap, metrics
-from kubegan_operator.kube import Kube, KubeconfigError
-from kubegan_operator.leader import LeaseConfig, LeaseElector, default_identity, default_namespace
-from kubegan_operator.loading import InputError, load_prices
-from kubegan_operator.pricing import DEFAULT_PRICES
+from kubegan_operator.api.loading import InputError, load_prices
+from kubegan_operator.api.pricing import DEFAULT_PRICES
+from kubegan_operator.foundation import heap
+from kubegan_operator.foundation.leader import (
+    LeaseConfig,
+    LeaseElector,
+    default_identity,
+    default_namespace,
+)
+from kubegan_operator.runtime import controller, metrics
+from kubegan_operator.runtime.kube import Kube, KubeconfigError
 
 log = logging.getLogger("kubegan.operator")
 

@@ -29,9 +29,8 @@ from typing import Any
 
 from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
-from kubegan_operator.replan import PinnedWorker, unbindable
-from kubegan_operator.timeutil import parse_time
-from kubegan_operator.topology import (
+from kubegan_operator.foundation.timeutil import parse_time
+from kubegan_operator.foundation.topology import (
     Inventory,
     NodeInfo,
     PodUsage,
@@ -39,6 +38,7 @@ from kubegan_operator.topology import (
     pod_usage,
     with_usage,
 )
+from kubegan_operator.placement.replan import PinnedWorker, unbindable
 
 JobKey = tuple[str, str]  # (namespace, name)
 

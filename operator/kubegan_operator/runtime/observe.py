@@ -14,14 +14,14 @@ from typing import Any
 
 from kubegan_trainer.contract import config_map_name, service_name
 
-from kubegan_operator import cache
-from kubegan_operator.api import GANTrainingJobSpec, Phase
-from kubegan_operator.planner import Plan, plan
-from kubegan_operator.pricing import PriceTable
-from kubegan_operator.progress import ProgressReader
-from kubegan_operator.snapshot import JobSnapshot, Planner
-from kubegan_operator.threads import ApiThreads
-from kubegan_operator.topology import PodUsage, pod_usage
+from kubegan_operator.api.pricing import PriceTable
+from kubegan_operator.api.spec import GANTrainingJobSpec, Phase
+from kubegan_operator.decide.snapshot import JobSnapshot, Planner
+from kubegan_operator.foundation.progress import ProgressReader
+from kubegan_operator.foundation.topology import PodUsage, pod_usage
+from kubegan_operator.placement.planner import Plan, plan
+from kubegan_operator.runtime import cache
+from kubegan_operator.runtime.threads import ApiThreads
 
 # Pods outside the watched namespaces (only with --namespace) are listed at most this often,
 # and only when a job is about to be planned.

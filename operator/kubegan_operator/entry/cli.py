@@ -19,12 +19,12 @@ import yaml
 from kubegan_trainer.contract import EXIT_USER_ERROR
 
 from kubegan_operator import __version__
-from kubegan_operator.api import GANTrainingJob
-from kubegan_operator.loading import InputError, load_job, load_objects, load_prices
-from kubegan_operator.localplan import local_plan
-from kubegan_operator.planner import Plan, plan, static_plan
-from kubegan_operator.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.topology import build_inventory
+from kubegan_operator.api.loading import InputError, load_job, load_objects, load_prices
+from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.api.spec import GANTrainingJob
+from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.placement.localplan import local_plan
+from kubegan_operator.placement.planner import Plan, plan, static_plan
 
 EXIT_BAD_INPUT = EXIT_USER_ERROR  # the trainer's code for a wrong job: one meaning
 EXIT_INFEASIBLE = 3
@@ -69,7 +69,7 @@ def _plan_for(args: argparse.Namespace, job_path: str) -> tuple[Plan, object]:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    from kubegan_operator.crd import crd_yaml
+    from kubegan_operator.api.crd import crd_yaml
 
     sys.stdout.write(crd_yaml())
     return 0
@@ -102,7 +102,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from kubegan_operator.render import render_all
+    from kubegan_operator.placement.render import render_all
 
     result, job = _plan_for(args, args.job)
     if not result.feasible:
@@ -161,7 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
-    from kubegan_operator.main import run_operator
+    from kubegan_operator.entry.main import run_operator
 
     return run_operator(args)
 

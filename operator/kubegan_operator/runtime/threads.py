@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from kubegan_operator.kube import API_THREADS, EVENT_THREADS
+from kubegan_operator.runtime.kube import API_THREADS, EVENT_THREADS
 
 T = TypeVar("T")
 

@@ -1,0 +1,3 @@
+"""Pure decisions: a JobSnapshot in, a Decision out (reconcile). Imports placement and below.
+
+Layer order and rules: docs/design.md §11, tests/unit/test_layers.py."""
