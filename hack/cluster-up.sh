@@ -29,6 +29,11 @@
 #                            and nodes flap NotReady (bench/operator_scale.py sets 16)
 #   KUBEGAN_PROFILING        true: the apiserver serves /debug/pprof (benchmarks; default false)
 #   KUBEGAN_UP_TIMEOUT       seconds to wait for each component (default 120)
+#   KUBEGAN_NATIVE_GANG      true: Kubernetes' own gang scheduling (alpha in 1.36, issue 25):
+#                            feature gates GenericWorkload and GangScheduling on the apiserver,
+#                            scheduler and controller-manager, and the apiserver serves
+#                            scheduling.k8s.io/v1alpha2 (Workload, PodGroup). Default false. Read
+#                            at start: a control plane already up keeps the flags it started with.
 set -Eeuo pipefail
 trap 'echo "cluster-up.sh: FAILED at line $LINENO: $BASH_COMMAND (logs: $LOGS)" >&2' ERR
 
@@ -46,6 +51,7 @@ NODE_LEASE_SECONDS="${KUBEGAN_NODE_LEASE_SECONDS:-40}"
 KWOK_PARALLELISM="${KUBEGAN_KWOK_PARALLELISM:-}"
 TIMEOUT="${KUBEGAN_UP_TIMEOUT:-120}"
 PROFILING="${KUBEGAN_PROFILING:-false}"
+NATIVE_GANG="${KUBEGAN_NATIVE_GANG:-false}"
 SERVICE_CIDR=10.0.0.0/24
 POD_CIDR=10.244.0.0/16
 
@@ -57,6 +63,19 @@ log() { printf '[cluster-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[cluster-up] ERROR: %s\n' "$*" >&2; exit 1; }
 
 kubectl() { "$BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+
+# Extra flags for Kubernetes' native gang scheduling (KUBEGAN_NATIVE_GANG): the gates on every
+# component that reads them (the apiserver validates pods' schedulingGroup, the scheduler runs
+# the gang plugin, the controller-manager runs the Workload/PodGroup controllers).
+GANG_GATES=()
+GANG_API=()
+case "$NATIVE_GANG" in
+  true)
+    GANG_GATES=(--feature-gates=GenericWorkload=true,GangScheduling=true)
+    GANG_API=(--runtime-config=scheduling.k8s.io/v1alpha2=true) ;;
+  false) ;;
+  *) echo "cluster-up.sh: KUBEGAN_NATIVE_GANG must be true or false, not '$NATIVE_GANG'" >&2; exit 2 ;;
+esac
 
 # ---------------------------------------------------------------- processes
 pid_alive() {  # pid_alive <name>: the pid file's process runs the expected binary
@@ -209,7 +228,8 @@ start_apiserver() {
       --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
       --kubelet-certificate-authority="$PKI/ca.crt" \
       --allow-privileged=true --profiling="$PROFILING" --anonymous-auth=true \
-      --enable-bootstrap-token-auth=false --event-ttl=1h
+      --enable-bootstrap-token-auth=false --event-ttl=1h \
+      ${GANG_GATES[@]+"${GANG_GATES[@]}"} ${GANG_API[@]+"${GANG_API[@]}"}
   fi
   wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready
   log "kube-apiserver: ready at $APISERVER_URL"
@@ -229,7 +249,7 @@ start_controller_manager() {
       --service-cluster-ip-range="$SERVICE_CIDR" --cluster-name=kubegan \
       --node-monitor-grace-period="$NODE_GRACE" --node-monitor-period=2s \
       --flex-volume-plugin-dir="$CLUSTER_DIR/flexvolume" \
-      --leader-elect=false --profiling=false
+      --leader-elect=false --profiling=false ${GANG_GATES[@]+"${GANG_GATES[@]}"}
   fi
   wait_for kube-controller-manager "kube-controller-manager /healthz" healthz_ok "$KCM_PORT"
   log "kube-controller-manager: healthy (node-monitor-grace-period=$NODE_GRACE)"
@@ -243,7 +263,7 @@ start_scheduler() {
     start_proc kube-scheduler "$BIN/kube-scheduler" \
       --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
-      --leader-elect=false --profiling=false
+      --leader-elect=false --profiling=false ${GANG_GATES[@]+"${GANG_GATES[@]}"}
   fi
   wait_for kube-scheduler "kube-scheduler /healthz" healthz_ok "$SCHEDULER_PORT"
   log "kube-scheduler: healthy"

@@ -8,10 +8,14 @@ ask the helper, so a start that fails on a taken port is stopped and tried again
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubegan_trainer.ports import reserve_ports
 
@@ -89,3 +93,69 @@ def base_env(cluster_dir: Path, **extra: str) -> dict[str, str]:
         "KUBECONFIG": str(cluster_dir / "kubeconfig"),
         **extra,
     }
+
+
+@dataclass(frozen=True)
+class PrivateCluster:
+    """A control plane of one's own (cluster_up in its own directory): its environment (ports,
+    KUBECONFIG) and a kubectl bound to it."""
+
+    env: dict[str, str]
+    dir: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def bin(self) -> Path:
+        return self.dir / "bin"
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """kubectl against this control plane; raises AssertionError naming the command and
+        kubectl's message when it fails and `check` is set."""
+        result = subprocess.run(
+            [str(self.bin / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def apply(self, *docs: Mapping[str, Any]) -> None:
+        """Server-side apply of objects (JSON is YAML), so re-applying a helper's object is
+        idempotent."""
+        text = "\n---\n".join(json.dumps(d) for d in docs)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=text)
+
+    def get(self, kind: str, name: str = "", namespace: str = "", selector: str = "") -> Any:
+        """The object (or, without a name, the list's items) as JSON; None when not found."""
+        args = ["get", kind, *([name] if name else []), "-o", "json"]
+        args += ["-n", namespace] if namespace else []
+        args += ["-l", selector] if selector else []
+        result = self.kubectl(*args, check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr:
+                return None
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        data = json.loads(result.stdout)
+        return data if name else data["items"]
+
+
+@contextmanager
+def private_control_plane(work_dir: Path, *, native_gang: bool = False) -> Iterator[PrivateCluster]:
+    """A control plane of its own under `work_dir` on leased ports, stopped and removed on exit.
+    native_gang: Kubernetes' own gang scheduling on (KUBEGAN_NATIVE_GANG, hack/cluster-up.sh)."""
+    cluster_dir = work_dir / "cluster"
+    env = base_env(cluster_dir, KUBEGAN_NATIVE_GANG="true" if native_gang else "false")
+    started = cluster_up(env)
+    try:
+        yield PrivateCluster(env=started, dir=cluster_dir)
+    finally:
+        cluster_down(started)
