@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from kubegan_trainer.contract import ATTEMPT_LABEL  # noqa: E402
 
-from tests.e2e.conftest import (  # noqa: E402
+from tests.e2e.jobs import Job, Nodes, index_of, resumed_at, victim_node  # noqa: E402
+from tests.support.real_nodes import (  # noqa: E402
     HACK,
     JOBS_NS,
     RealCluster,
@@ -48,7 +49,6 @@ from tests.e2e.conftest import (  # noqa: E402
     real_cluster_up,
     run,
 )
-from tests.e2e.jobs import Job, Nodes, index_of, resumed_at, victim_node  # noqa: E402
 
 STEPS_PER_EPOCH = 8
 TRANSCRIPTS = ROOT / "bench" / "out" / "e2e_preemption"

@@ -14,8 +14,8 @@ import yaml
 from kubegan_operator.api.crd import crd
 from kubegan_operator.entry.cli import main
 
-from tests.cluster.conftest import Kubectl, wait_for
 from tests.support.cel_cases import Example, crd_rules, examples
+from tests.support.kube import Kubectl, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import KUBECONFIG, Kubectl
 from tests.helm.chart import helm
 from tests.helm.release import (
     TRAINER_IMAGE,
@@ -22,6 +21,7 @@ from tests.helm.release import (
     installed,
     reconcile_end_to_end,
 )
+from tests.support.kube import KUBECONFIG, Kubectl
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Kubectl
 from tests.cluster.test_helm_install import CLUSTER_WIDE, NAMESPACED, lease_rules
 from tests.helm.release import granted, installed, reconcile_end_to_end
+from tests.support.kube import Kubectl
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -18,9 +18,9 @@ import pytest
 import yaml
 from kubegan_trainer.ports import reserve_port
 
-from tests.cluster.conftest import Kubectl, Operator, load_example, wait_for
 from tests.helm.fake_nodes import POOL_LABEL, fake_nodes, toleration
 from tests.monitoring.prom import Prometheus, chart_objects, dashboard, panel_queries, prometheus
+from tests.support.kube import Kubectl, Operator, load_example, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 JOB = "digits-mon"

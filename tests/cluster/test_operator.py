@@ -22,7 +22,7 @@ from kubegan_trainer.contract import (
     TORCH_MASTER_PORT,
 )
 
-from tests.cluster.conftest import Kubectl, Operator, load_example, wait_for
+from tests.support.kube import Kubectl, Operator, load_example, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -20,7 +20,6 @@ from kubegan_trainer.contract import (
     RECONCILES,
 )
 
-from tests.cluster.conftest import CLUSTER, Kubectl, Operator, load_example, wait_for
 from tests.cluster.test_operator import (
     V100,
     condition,
@@ -31,6 +30,7 @@ from tests.cluster.test_operator import (
     wait_unschedulable,
     workers,
 )
+from tests.support.kube import CLUSTER, Kubectl, Operator, load_example, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,8 +19,8 @@ from kubegan_trainer.contract import JOB_NAME_LABEL, WORKER_INDEX_LABEL
 from kubegan_trainer.torch_backend.loop import STATE_FILE
 from kubegan_trainer.torch_backend.payload import load_payload
 
-from tests.cluster.conftest import wait_for
-from tests.e2e.conftest import (
+from tests.support.kube import wait_for
+from tests.support.real_nodes import (
     CHECKPOINT_CLAIM,
     HACK,
     JOBS_NS,

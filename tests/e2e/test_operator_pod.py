@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import OPERATOR_NS, REAL_NODES, RESTRICTED, RealCluster
+from tests.support.real_nodes import OPERATOR_NS, REAL_NODES, RESTRICTED, RealCluster
 
 pytestmark = pytest.mark.timeout(1200)
 

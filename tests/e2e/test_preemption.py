@@ -13,17 +13,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.conftest import wait_for
-from tests.e2e.conftest import (
-    EPOCHS,
-    JOBS_NS,
-    OPERATOR_NS,
-    REAL_NODES,
-    SITE,
-    RealCluster,
-    Watched,
-    digits_job,
-)
 from tests.e2e.jobs import (
     OPERATOR_SELECTOR,
     Job,
@@ -34,6 +23,17 @@ from tests.e2e.jobs import (
     index_of,
     resumed_at,
     victim_node,
+)
+from tests.support.kube import wait_for
+from tests.support.real_nodes import (
+    EPOCHS,
+    JOBS_NS,
+    OPERATOR_NS,
+    REAL_NODES,
+    SITE,
+    RealCluster,
+    Watched,
+    digits_job,
 )
 
 pytestmark = pytest.mark.timeout(1800)

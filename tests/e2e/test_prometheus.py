@@ -21,16 +21,6 @@ import pytest
 import yaml
 from kubegan_trainer.contract import EPOCH, JOB_COST, JOB_COST_RATE, JOB_PREEMPTIONS
 
-from tests.cluster.conftest import wait_for
-from tests.e2e.conftest import (
-    DIGITS_RATE_PER_HOUR,
-    JOBS_NS,
-    OPERATOR_NS,
-    REAL_NODE_SELECTOR,
-    SITE,
-    RealCluster,
-    digits_job,
-)
 from tests.e2e.jobs import Job, condition_true
 from tests.monitoring.prom import (
     Prometheus,
@@ -40,6 +30,16 @@ from tests.monitoring.prom import (
     panel_queries,
     prometheus,
     prometheus_with_kubernetes_sd,
+)
+from tests.support.kube import wait_for
+from tests.support.real_nodes import (
+    DIGITS_RATE_PER_HOUR,
+    JOBS_NS,
+    OPERATOR_NS,
+    REAL_NODE_SELECTOR,
+    SITE,
+    RealCluster,
+    digits_job,
 )
 
 pytestmark = pytest.mark.timeout(1200)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import wait_for
-from tests.e2e.conftest import (
+from tests.support.kube import wait_for
+from tests.support.real_nodes import (
     BUSYBOX,
     REAL_NODES,
     RealCluster,

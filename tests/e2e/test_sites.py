@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import (
+from tests.e2e.jobs import node_ready
+from tests.support.control_plane import base_env, cluster_down, cluster_up
+from tests.support.real_nodes import (
     BUSYBOX,
     HACK,
     REAL_NODES,
@@ -28,8 +30,6 @@ from tests.e2e.conftest import (
     run,
     site,
 )
-from tests.e2e.jobs import node_ready
-from tests.support.control_plane import base_env, cluster_down, cluster_up
 
 pytestmark = pytest.mark.timeout(900)
 REAL = site("real")

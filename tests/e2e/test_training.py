@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubegan_trainer.contract import ENV_MASTER_ADDR, ENV_TF_CONFIG
 
-from tests.e2e.conftest import (
+from tests.support.real_nodes import (
     CHECKPOINT_CLAIM,
     DIGITS_RATE_PER_HOUR,
     EPOCHS,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.cluster.conftest import Kubectl, wait_for
+from tests.support.kube import Kubectl, wait_for
 
 POOL_LABEL = "kubegan.io/test-pool"
 
@@ -41,7 +41,7 @@ def fake_node(name: str, pool: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def _ready(node: dict[str, Any] | None) -> bool:
+def node_ready(node: dict[str, Any] | None) -> bool:
     return bool(node) and any(
         c["type"] == "Ready" and c["status"] == "True"
         for c in node.get("status", {}).get("conditions", [])
@@ -60,7 +60,7 @@ def fake_nodes(
     try:
         wait_for(
             f"fake nodes {names} Ready",
-            lambda: all(_ready(k.get("node", n)) for n in names),
+            lambda: all(node_ready(k.get("node", n)) for n in names),
             timeout=60,
         )
         yield names

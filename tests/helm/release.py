@@ -19,9 +19,9 @@ import pytest
 import yaml
 from kubegan_trainer.contract import JOB_COST_RATE, JOB_NAME_LABEL
 
-from tests.cluster.conftest import KUBECONFIG, Kubectl, Operator, wait_for
 from tests.helm.chart import CHART, helm_bin
 from tests.helm.fake_nodes import POOL_LABEL, fake_nodes, toleration
+from tests.support.kube import KUBECONFIG, Kubectl, Operator, wait_for
 
 TRAINER_IMAGE = "registry.example/kubegan/trainer-torch:helm-test"
 PRICES_SOURCE = "kubegan helm test table"  # proves the operator loaded the chart's ConfigMap

@@ -16,8 +16,8 @@ import requests
 import yaml
 from kubegan_trainer.ports import reserve_port
 
-from tests.cluster.conftest import wait_for
 from tests.helm.chart import MONITORING_ON, by_kind, one, template
+from tests.support.kube import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
