@@ -35,7 +35,7 @@ from pathlib import Path
 
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import MANIFEST_MAX_BYTES, file_kind, read_regular
-from kubegan_trainer.manifest import MANIFEST, Manifest, ManifestError, parse_manifest
+from kubegan_trainer.manifest import MANIFEST, FileEntry, Manifest, ManifestError, parse_manifest
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +92,34 @@ def _file_problem(folder: Path, name: str, size: int, sha256: str) -> str | None
         mode = os.lstat(f)
         if not stat.S_ISREG(mode.st_mode):
             return f"{name} is {file_kind(mode.st_mode)}, not a regular file"
-        if mode.st_size != size:
-            return f"{name} has {mode.st_size} bytes, expected {size}"
-        if _sha256(f) != sha256:
-            return f"{name} fails its checksum"
+        expected = FileEntry(size, sha256)
+        problem = content_problem(name, expected, mode.st_size, None)
+        if problem is None:
+            problem = content_problem(name, expected, mode.st_size, _sha256(f))
+        if problem is not None:
+            return problem
     except FileNotFoundError:
         return f"{name} is missing"
     except OSError as err:
         return f"{name} is unreadable ({err.strerror or err})"
     return None
+
+
+def content_problem(name: str, expected: FileEntry, size: int, sha256: str | None) -> str | None:
+    """Why a file of `size` bytes (and `sha256`, None when not computed) is not the one the
+    manifest lists, or None. The same words for a folder and for a bucket."""
+    if size != expected.size:
+        return f"{name} has {size} bytes, expected {expected.size}"
+    if sha256 is not None and sha256 != expected.sha256:
+        return f"{name} fails its checksum"
+    return None
+
+
+def prunable(intact_newest_first: list[str], keep: int, pinned: set[str]) -> list[str]:
+    """Which intact checkpoints (names, newest first) pruning deletes: all but the newest
+    `keep`, and never a pinned one (a local copy whose upload is not committed yet). The
+    same decision for a folder and for a bucket."""
+    return [name for name in intact_newest_first[keep:] if name not in pinned]
 
 
 def checkpoint_name(pos: Position) -> str:
@@ -267,18 +286,18 @@ class CheckpointStore:
         self.move_aside(ref, why)
         return False
 
+    def pinned(self) -> set[str]:
+        """Names pruning must keep whatever their age (a bucket's store pins local copies
+        until their upload is committed)."""
+        return set()
+
     def prune(self) -> None:
         """Keep the newest `keep` intact checkpoints and delete older intact ones; a
         damaged one found on the way is moved aside, never deleted."""
-        kept = 0
-        for ref in reversed(self.list()):
-            if not self._intact(ref):
-                continue
-            if kept < self.keep:
-                kept += 1
-            else:
-                shutil.rmtree(ref.path, ignore_errors=True)
-                self._good.discard(ref.name)
+        refs = {ref.name: ref for ref in reversed(self.list()) if self._intact(ref)}
+        for name in prunable(list(refs), self.keep, self.pinned()):
+            shutil.rmtree(refs[name].path, ignore_errors=True)
+            self._good.discard(name)
 
     def clean_staging(self) -> None:
         """Remove staging folders left by killed writers (called once at start-up)."""

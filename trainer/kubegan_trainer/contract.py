@@ -23,6 +23,12 @@ ENV_WORKER_INDEX = "KUBEGAN_WORKER_INDEX"
 ENV_NUM_WORKERS = "KUBEGAN_NUM_WORKERS"
 ENV_CONFIG = "KUBEGAN_CONFIG"
 ENV_CHECKPOINT_DIR = "KUBEGAN_CHECKPOINT_DIR"
+# Checkpoints in a bucket (issue 26): `s3://bucket/prefix`, `gs://...`, `az://container/...`.
+# The checkpoint directory then holds local copies only; the bucket is the truth on resume.
+ENV_CHECKPOINT_URI = "KUBEGAN_CHECKPOINT_URI"
+# An S3-compatible store's endpoint; the standard AWS variable is honoured as the AWS tools do.
+ENV_CHECKPOINT_ENDPOINT = "KUBEGAN_CHECKPOINT_ENDPOINT"
+ENV_AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"
 ENV_OUTPUT_DIR = "KUBEGAN_OUTPUT_DIR"
 ENV_METRICS_PORT = "KUBEGAN_METRICS_PORT"
 ENV_COST_RATE_PER_HOUR = "KUBEGAN_COST_RATE_PER_HOUR"  # the job's USD per hour
@@ -180,8 +186,15 @@ TERMINATION_MESSAGE_MAX = 4096  # the kubelet keeps at most 4 KiB; anything long
 _POSITION_LIMIT = 2**31
 
 
-def termination_message(epoch: int, step: int, time: float) -> str:
-    return json.dumps({"checkpoint": {"epoch": epoch, "step": step, "time": time}})
+def termination_message(
+    epoch: int, step: int, time: float, lost: dict[str, Any] | None = None
+) -> str:
+    """`lost` (optional): the work a stop could not commit to the bucket in time, as
+    {"steps": <optimizer steps after the named checkpoint>, "reason": <one line>}."""
+    body: dict[str, Any] = {"checkpoint": {"epoch": epoch, "step": step, "time": time}}
+    if lost is not None:
+        body["lost"] = lost
+    return json.dumps(body)
 
 
 def parse_termination_message(message: Any) -> tuple[int, int] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import FrameType
 
 
@@ -18,6 +19,7 @@ class StopFlag:
     def __init__(self) -> None:
         self._event = threading.Event()
         self.signal_name: str | None = None
+        self.requested_at: float | None = None  # time.monotonic() of the first request
 
     @property
     def requested(self) -> bool:
@@ -26,6 +28,7 @@ class StopFlag:
     def request(self, reason: str = "request") -> None:
         if self.signal_name is None:
             self.signal_name = reason
+            self.requested_at = time.monotonic()
         self._event.set()
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:

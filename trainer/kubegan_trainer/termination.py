@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.contract import ENV_TERMINATION_LOG, TERMINATION_LOG_PATH, termination_message
@@ -20,11 +21,12 @@ from kubegan_trainer.contract import ENV_TERMINATION_LOG, TERMINATION_LOG_PATH, 
 log = logging.getLogger(__name__)
 
 
-def write(saved: Position | None) -> None:
+def write(saved: Position | None, lost: dict[str, Any] | None = None) -> None:
+    """`lost`: the work a stop could not commit to the bucket (contract.termination_message)."""
     path = Path(os.environ.get(ENV_TERMINATION_LOG, TERMINATION_LOG_PATH))
     if saved is None or not path.is_file():
         return
-    message = termination_message(saved.epoch, saved.step, time.time())
+    message = termination_message(saved.epoch, saved.step, time.time(), lost)
     try:
         # O_TRUNC without O_CREAT: only the file Kubernetes made, never a new one.
         fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -25,6 +25,7 @@ from typing import Any
 import tensorflow as tf
 
 from kubegan_trainer.checkpoint import CheckpointRef, CheckpointStore, Position
+from kubegan_trainer.ckptsync import open_checkpoint_store
 from kubegan_trainer.errors import TrainerError
 
 log = logging.getLogger("kubegan_trainer")
@@ -38,7 +39,10 @@ class TfCheckpoints:
     ) -> None:
         self.chief = worker_index == 0
         self.checkpoint = checkpoint
-        self.store = CheckpointStore(Path(directory), keep, warn=log.warning, writer=self.chief)
+        # The folder, or the folder as the local copy of the job's bucket (ckptsync).
+        self.store: CheckpointStore = open_checkpoint_store(
+            Path(directory), keep, warn=log.warning, writer=self.chief
+        )
         self.scratch = Path(directory) / f".worker-{worker_index}-scratch"
 
     def save(self, pos: Position, extra: dict[str, Any]) -> None:

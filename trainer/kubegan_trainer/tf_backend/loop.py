@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from kubegan_trainer import driver
 from kubegan_trainer.checkpoint import Position
+from kubegan_trainer.ckptsync import finish_uploads
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
@@ -352,7 +353,11 @@ class TfGanTrainer:
         )
 
     def fit(self) -> int:
-        return Driver(self, self.config, self.env, self.stop, self.hooks).fit()
+        code = Driver(self, self.config, self.env, self.stop, self.hooks).fit()
+        if not self.chief:
+            return code
+        stop_at = self.stop.requested_at
+        return finish_uploads(self.ckpts.store, code, self.steps_per_epoch, stop_at)
 
 
 def _channels_first(a: np.ndarray) -> np.ndarray:

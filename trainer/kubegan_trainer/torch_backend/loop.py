@@ -40,6 +40,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from kubegan_trainer import driver
 from kubegan_trainer.checkpoint import CheckpointStore, Position
+from kubegan_trainer.ckptsync import finish_uploads, open_checkpoint_store
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.data import Dataset
@@ -106,8 +107,11 @@ class GanTrainer:
         self.scaler = make_scaler(self.precision, self.device)
         self._plan_data(dataset)
         self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
-        self.store = CheckpointStore(
-            Path(env.checkpoint_dir), config.checkpoint.keep, warn=log.warning
+        # Rank 0 writes checkpoints (and talks to the bucket, if the job names one).
+        self.store = (
+            open_checkpoint_store(Path(env.checkpoint_dir), config.checkpoint.keep, log.warning)
+            if self.rank0
+            else CheckpointStore(Path(env.checkpoint_dir), config.checkpoint.keep, log.warning)
         )
 
     # ---- set-up helpers ----------------------------------------------------------------
@@ -479,7 +483,8 @@ class GanTrainer:
         return StepResult(stats.g_loss, stats.d_loss, stop, due, index.numpy())
 
     def fit(self) -> int:
-        return Driver(self, self.config, self.env, self.stop, self.hooks).fit()
+        code = Driver(self, self.config, self.env, self.stop, self.hooks).fit()
+        return finish_uploads(self.store, code, self.steps_per_epoch, self.stop.requested_at)
 
 
 def params_digest(module: nn.Module) -> np.ndarray:
