@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build (or reuse from a cache outside the repo) the pinned binaries of the local
 # control plane: kube-apiserver, kube-scheduler, kube-controller-manager, kubectl,
-# etcd, etcdctl, kwok, helm. Everything comes from the Go module proxy; no Docker,
-# no release tarballs.
+# etcd, etcdctl, kwok, helm, and actionlint (the lint tier checks .github/workflows with it).
+# Everything comes from the Go module proxy; no Docker, no release tarballs.
 #
 # Usage:
 #   hack/build-binaries.sh                 build what is missing from the cache
@@ -23,6 +23,7 @@ KUBE_VERSION=v1.36.3      # k8s.io/kubernetes; staging modules at v0.36.3
 ETCD_VERSION=v3.6.8       # what k8s v1.36.3 pins in build/dependencies.yaml
 KWOK_VERSION=v0.8.0       # sigs.k8s.io/kwok (go 1.26.0 directive)
 HELM_VERSION=v3.22.0      # helm.sh/helm/v3
+ACTIONLINT_VERSION=v1.7.12  # github.com/rhysd/actionlint
 
 set -Eeuo pipefail
 trap 'echo "build-binaries.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -37,7 +38,7 @@ STAGING_VERSION="v0.${KUBE_VERSION#v1.}"          # v1.36.3 -> v0.36.3
 KUBE_MAJOR=1
 KUBE_MINOR="$(echo "$KUBE_VERSION" | cut -d. -f2)"
 KUBE_BINS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
-ALL_BINS=("${KUBE_BINS[@]}" etcd etcdctl kwok helm)
+ALL_BINS=("${KUBE_BINS[@]}" etcd etcdctl kwok helm actionlint)
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[build-binaries] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -48,6 +49,7 @@ version_of() {
     etcd|etcdctl)   echo "$ETCD_VERSION" ;;
     kwok)           echo "$KWOK_VERSION" ;;
     helm)           echo "$HELM_VERSION" ;;
+    actionlint)     echo "$ACTIONLINT_VERSION" ;;
     *) die "unknown component $1" ;;
   esac
 }
@@ -61,6 +63,7 @@ run_version() {
     kubectl) out="$("$bin" version --client 2>&1)" ;;
     etcdctl) out="$("$bin" version 2>&1)" ;;
     helm)    out="$("$bin" version --short 2>&1)" ;;
+    actionlint) out="$("$bin" -version 2>&1)" ;;
     *)       out="$("$bin" --version 2>&1)" ;;
   esac || return 1
   printf '%s\n' "${out%%$'\n'*}"
@@ -239,6 +242,8 @@ main() {
     "-X 'sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}' -X 'sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBE_VERSION#v}'"
   go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
     "-X 'helm.sh/helm/v3/internal/version.version=$HELM_VERSION' -X 'helm.sh/helm/v3/internal/version.gitTreeState=clean'"
+  # actionlint reads its version from the module's build info (go install pkg@version).
+  go_install actionlint "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" ""
   build_kube
   local b
   for b in "${ALL_BINS[@]}"; do version_ok "$b" || die "$b at $(path_of "$b") does not run or has the wrong version"; done

@@ -31,6 +31,13 @@
 #                              about what the three images' layers take)
 #   KUBEGAN_KEEP_UV_CACHE=1    keep uv's download cache mount (pruned after each run otherwise)
 #   KUBEGAN_NICE               niceness of buildkitd and its builds (default 10)
+#   KUBEGAN_IMAGE_PUSH=1       push each image to the registry KUBEGAN_IMAGE_REPO names
+#                              (credentials from $DOCKER_CONFIG/config.json, as `docker login`
+#                              writes them) instead of writing the OCI layout; the release
+#                              workflow (.github/workflows/release.yml) builds this way
+#   KUBEGAN_IMAGE_PLATFORM     target platform (default linux/amd64)
+#   KUBEGAN_PYTHON_IMAGE       the Dockerfile's PYTHON_IMAGE pulled from a registry (e.g.
+#                              python:3.11.13-slim-bookworm) instead of the Debian-made base
 #   KUBEGAN_PIP_CA             CA bundle for pip/uv in the build steps (default $PIP_CERT,
 #                              $SSL_CERT_FILE or /etc/ssl/certs/ca-certificates.crt)
 set -Eeuo pipefail
@@ -46,6 +53,9 @@ TF_EXTRA="${KUBEGAN_TF_EXTRA:-}"
 COMPRESSION="${KUBEGAN_IMAGE_COMPRESSION:-zstd}"
 MAX_USED="${KUBEGAN_BUILDKIT_MAX_USED:-40GB}"
 NICE="${KUBEGAN_NICE:-10}"
+PUSH="${KUBEGAN_IMAGE_PUSH:-0}"
+PLATFORM="${KUBEGAN_IMAGE_PLATFORM:-linux/amd64}"
+PYTHON_IMAGE="${KUBEGAN_PYTHON_IMAGE:-}"
 ALL_TARGETS=(operator trainer-torch trainer-tf)
 BASE_NAME=kubegan.local/python-base:3.11-bookworm   # = IMAGE_NAME in make-python-base.sh
 # The socket lives under /run (a path under a long $HOME could pass the 108-byte limit), named
@@ -62,6 +72,7 @@ targets=("$@")
 for t in "${targets[@]}"; do
   [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || die "unknown target '$t' (one of: ${ALL_TARGETS[*]})"
 done
+case "$PUSH" in 0|1) ;; *) die "KUBEGAN_IMAGE_PUSH=$PUSH: 0 or 1" ;; esac
 case "$COMPRESSION" in zstd|gzip|uncompressed) ;; *) die "KUBEGAN_IMAGE_COMPRESSION=$COMPRESSION: zstd, gzip or uncompressed" ;; esac
 [[ $(id -u) -eq 0 ]] || die "needs root (buildkitd runs build steps with runc)"
 
@@ -72,10 +83,19 @@ bash "$HACK_DIR/build-buildkit.sh"
 BUILDKITD="$(bash "$HACK_DIR/build-buildkit.sh" --print | awk '$1 == "buildkitd" {print $2}')"
 BUILDCTL="$(bash "$HACK_DIR/build-buildkit.sh" --print | awk '$1 == "buildctl" {print $2}')"
 t=$SECONDS
-BASE_DIR="$(bash "$HACK_DIR/make-python-base.sh")"
+if [[ -n "$PYTHON_IMAGE" ]]; then
+  # A registry is reachable (the release workflow): the Dockerfile pulls its base itself.
+  BASE_ARGS=(--opt build-arg:PYTHON_IMAGE="$PYTHON_IMAGE")
+else
+  BASE_DIR="$(bash "$HACK_DIR/make-python-base.sh")"
+  BASE_DIGEST="$(jq -r '.manifests[0].digest' "$BASE_DIR/index.json")"
+  [[ "$BASE_DIGEST" == sha256:* ]] || die "no manifest digest in $BASE_DIR/index.json"
+  # The base: PYTHON_IMAGE names it and a named context of that name points at the OCI layout.
+  BASE_ARGS=(--opt build-arg:PYTHON_IMAGE="$BASE_NAME"
+             --opt "context:$BASE_NAME=oci-layout://python-base@$BASE_DIGEST"
+             --oci-layout "python-base=$BASE_DIR")
+fi
 T_BASE=$((SECONDS - t))
-BASE_DIGEST="$(jq -r '.manifests[0].digest' "$BASE_DIR/index.json")"
-[[ "$BASE_DIGEST" == sha256:* ]] || die "no manifest digest in $BASE_DIR/index.json"
 
 mkdir -p "$BK_DIR" "$IMAGES" "$SOCK_DIR"
 # One build at a time per state dir: buildkitd locks its root, and a second script would stop
@@ -161,21 +181,23 @@ SECRETS=(--secret "id=ca-certificates.crt,src=$CA_BUNDLE" --secret "id=pip.conf,
 declare -A BUILD_S
 for target in "${targets[@]}"; do
   name="$REPO/$target:$TAG"
+  if [[ "$PUSH" == 1 ]]; then
+    OUTPUT="type=image,name=$name,push=true,compression=$COMPRESSION,force-compression=true,oci-mediatypes=true"
+  else
+    OUTPUT="type=oci,tar=false,dest=$LAYOUT,name=$name,compression=$COMPRESSION,force-compression=true,oci-mediatypes=true"
+  fi
   blog="$IMAGES/logs/build-$target.log"
   log "$target: building $name (log $blog)"
   t=$SECONDS
   flock 7
   # cmdline: tells the built-in Dockerfile frontend not to fetch the `# syntax=` image (no
   # registry here); it understands everything the Dockerfile uses.
-  # The base: PYTHON_IMAGE names it and a named context of that name points at the OCI layout.
   if ! "$BUILDCTL" --addr "unix://$SOCK" build --progress=plain \
       --frontend dockerfile.v0 --local context="$REPO_ROOT" --local dockerfile="$REPO_ROOT" \
-      --opt cmdline=dockerfile.v0 --opt target="$target" \
-      --opt build-arg:PYTHON_IMAGE="$BASE_NAME" --opt build-arg:TF_EXTRA="$TF_EXTRA" \
-      --opt "context:$BASE_NAME=oci-layout://python-base@$BASE_DIGEST" \
-      --oci-layout "python-base=$BASE_DIR" \
+      --opt cmdline=dockerfile.v0 --opt target="$target" --opt platform="$PLATFORM" \
+      --opt build-arg:TF_EXTRA="$TF_EXTRA" "${BASE_ARGS[@]}" \
       "${SECRETS[@]}" \
-      --output "type=oci,tar=false,dest=$LAYOUT,name=$name,compression=$COMPRESSION,force-compression=true,oci-mediatypes=true" \
+      --output "$OUTPUT" \
       --metadata-file "$IMAGES/logs/metadata-$target.json" >"$blog" 2>&1; then
     tail -n 40 "$blog" >&2
     die "$target: buildctl build failed (log: $blog)"
@@ -184,6 +206,7 @@ for target in "${targets[@]}"; do
   BUILD_S[$target]=$((SECONDS - t))
   steps="$(grep -cE '^#[0-9]+ \[' "$blog" || true)"; cached="$(grep -c ' CACHED$' "$blog" || true)"
   log "$target: built and exported in ${BUILD_S[$target]} s ($cached of $steps steps cached)"
+  [[ "$PUSH" != 1 ]] || log "$target: pushed $name ($(jq -r '."containerimage.digest" // "?"' "$IMAGES/logs/metadata-$target.json"))"
 done
 
 # uv's download cache (a cache mount, ~9 GB of unpacked wheels with torch) only helps when the
@@ -191,6 +214,11 @@ done
 if [[ "${KUBEGAN_KEEP_UV_CACHE:-0}" != 1 ]]; then
   "$BUILDCTL" --addr "unix://$SOCK" prune --filter type==exec.cachemount >/dev/null \
     || log "could not prune buildkit's cache mounts (ignored)"
+fi
+
+if [[ "$PUSH" == 1 ]]; then  # nothing was written to the layout: no blobs or sizes to report
+  log "done in $((SECONDS - T0)) s"
+  exit 0
 fi
 
 # Delete the blobs no image in index.json refers to (layers of earlier builds).

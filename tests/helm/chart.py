@@ -40,10 +40,15 @@ EVERYTHING = [
 ]
 
 
-@functools.cache
 def helm_bin() -> str:
-    """The pinned helm; built (or found in ~/.cache/kubegan/bin) like the cluster binaries.
-    A build failure is a test failure, never a skip."""
+    return tool_bin("helm")
+
+
+@functools.cache
+def tool_bin(name: str) -> str:
+    """A pinned Go tool of hack/build-binaries.sh (helm, actionlint, ...); built (or found in
+    ~/.cache/kubegan/bin) like the cluster binaries. A build failure is a test failure,
+    never a skip."""
     build = subprocess.run(
         ["bash", str(ROOT / "hack" / "build-binaries.sh")],
         cwd=ROOT,
@@ -59,7 +64,7 @@ def helm_bin() -> str:
         text=True,
         check=True,
     ).stdout
-    return dict(line.split(" ", 1) for line in listing.splitlines())["helm"]
+    return dict(line.split(" ", 1) for line in listing.splitlines())[name]
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -213,7 +213,12 @@ def test_price_table_reaches_the_operator(preset: str, tmp_path) -> None:
 
 def test_trainer_images_are_passed_to_the_operator() -> None:
     env = {e["name"]: e.get("value") for e in deployment_container(render("default"))["env"]}
-    assert ENV_TRAINER_IMAGE_TORCH not in env  # operator default (render.DEFAULT_IMAGES)
+    # Always set: the chart's appVersion, not the operator package's, names the default
+    # (tests/helm/test_release.py: exactly what the release workflow pushes).
+    assert env[ENV_TRAINER_IMAGE_TORCH].startswith("ghcr.io/kubegan/trainer-torch:")
+    moved = render("default", False, "--set", "image.repository=reg.example/k/operator")
+    env = {e["name"]: e.get("value") for e in deployment_container(moved)["env"]}
+    assert env[ENV_TRAINER_IMAGE_TF].startswith("reg.example/k/trainer-tf:")  # follows image
     env = {e["name"]: e.get("value") for e in deployment_container(render("default", True))["env"]}
     assert env[ENV_TRAINER_IMAGE_TORCH] == "registry.example/trainer-torch:1"
     assert env[ENV_TRAINER_IMAGE_TF] == "registry.example/trainer-tf:1"

@@ -53,6 +53,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* A framework's default trainer image: trainerImages.<framework> when set, else the
+Dockerfile target next to the operator image (same registry path and tag), which is what
+.github/workflows/release.yml pushes: <registry>/trainer-torch:<appVersion>.
+Call with (list $ "pytorch" "trainer-torch"). */}}
+{{- define "kubegan.trainerImage" -}}
+{{- $root := index . 0 -}}
+{{- $set := index $root.Values.trainerImages (index . 1) -}}
+{{- $tag := default $root.Chart.AppVersion $root.Values.image.tag -}}
+{{- default (printf "%s/%s:%s" (dir $root.Values.image.repository) (index . 2) $tag) $set -}}
+{{- end -}}
+
 {{/* Labels for prometheus-operator objects: common + monitoring.labels + the object's own. */}}
 {{- define "kubegan.monitoringLabels" -}}
 {{- $root := index . 0 -}}
