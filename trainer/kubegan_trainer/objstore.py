@@ -124,7 +124,7 @@ _PERMANENT_CODES = {
     "InvalidAccessKeyId": "the credentials are not valid",
     "SignatureDoesNotMatch": "the credentials are not valid",
     "ExpiredToken": "the credentials have expired",
-    "QuotaExceeded": "the store is full (quota exceeded)",
+    "QuotaExceeded": "the store is full",
     "InsufficientStorage": "the store is full",
     "InsufficientAccountPermissions": "no permission",
 }
