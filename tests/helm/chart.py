@@ -17,6 +17,12 @@ VALUES = {
     "gke": [CHART / "values-gke.yaml"],
     "aks": [CHART / "values-aks.yaml"],
 }
+# Monitors and rules render only where their API exists (Capabilities.APIVersions): these make
+# `helm template` render as on a cluster with prometheus-operator's CRDs (`helm lint` has no
+# such flag, so it checks the chart as on a cluster without them).
+PROMETHEUS_OPERATOR_API = ["--api-versions", "monitoring.coreos.com/v1"]
+GOOGLE_MANAGED_API = ["--api-versions", "monitoring.googleapis.com/v1"]
+AZURE_MANAGED_API = ["--api-versions", "azmonitoring.coreos.com/v1"]
 # The chart's monitoring objects (kube-prometheus-stack CRs) switched on.
 MONITORING_ON = [
     "--set",

@@ -16,7 +16,17 @@ from kubegan_operator.placement.planner import static_plan
 from kubegan_operator.placement.render import render_pod
 from kubegan_trainer.contract import ENV_TRAINER_IMAGE_TF, ENV_TRAINER_IMAGE_TORCH, JOB_NAME_LABEL
 
-from tests.helm.chart import EVERYTHING, VALUES, by_kind, one, template, values_args
+from tests.helm.chart import (
+    AZURE_MANAGED_API,
+    EVERYTHING,
+    GOOGLE_MANAGED_API,
+    PROMETHEUS_OPERATOR_API,
+    VALUES,
+    by_kind,
+    one,
+    template,
+    values_args,
+)
 
 K8S_SCHEMA_VERSION = "1.36.0"
 MONITORING = "monitoring.coreos.com/v1"
@@ -25,7 +35,8 @@ IDS = [f"{p}-{'everything' if e else 'as-is'}" for p, e in CASES]
 
 
 def render(preset: str, everything: bool = False, *extra: str) -> list[dict[str, Any]]:
-    return template(*values_args(preset), *(EVERYTHING if everything else []), *extra)
+    apis = PROMETHEUS_OPERATOR_API if everything else []
+    return template(*values_args(preset), *(EVERYTHING if everything else []), *apis, *extra)
 
 
 def deployment_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -304,8 +315,75 @@ def test_monitors_are_off_by_default_and_take_extra_labels() -> None:
     assert "team" not in one(docs, "ServiceMonitor")["metadata"]["labels"]
     # The presets turn them on for kube-prometheus-stack.
     for preset in ("gke", "aks"):
-        labels = one(render(preset), "PodMonitor")["metadata"]["labels"]
-        assert labels["release"] == "kube-prometheus-stack"
+        labels = one(render(preset, False, *PROMETHEUS_OPERATOR_API), "PodMonitor")["metadata"]
+        assert labels["labels"]["release"] == "kube-prometheus-stack"
+
+
+MONITORING_KINDS = {
+    "ServiceMonitor",
+    "PodMonitor",
+    "PrometheusRule",
+    "PodMonitoring",
+    "ClusterPodMonitoring",
+    "ClusterRules",
+}
+
+
+@pytest.mark.parametrize("preset", sorted(VALUES))
+def test_monitoring_renders_only_where_its_api_exists(preset: str) -> None:
+    """Every monitor switched on, but a cluster without any monitoring API: none renders
+    (so `helm install` works there: tests/cluster/test_helm_install_no_monitoring.py)."""
+    everything_on = [
+        *EVERYTHING,
+        "--set",
+        "monitoring.googleManagedPrometheus.enabled=true",
+        "--set",
+        "monitoring.azureManagedPrometheus.enabled=true",
+    ]
+    kinds = {d["kind"] for d in render(preset, False, *everything_on)}
+    assert not kinds & MONITORING_KINDS
+    assert "ConfigMap" in kinds  # the dashboard is a plain ConfigMap: always there
+
+
+def test_google_managed_prometheus_objects() -> None:
+    """values-gke turns GMP on: with its API, PodMonitoring (operator), ClusterPodMonitoring
+    (trainers) and ClusterRules with the same alert groups as the PrometheusRule."""
+    docs = render("gke", False, *GOOGLE_MANAGED_API)
+    assert {d["apiVersion"] for d in docs if d["kind"] in MONITORING_KINDS} == {
+        "monitoring.googleapis.com/v1"
+    }
+    operator = one(docs, "PodMonitoring")
+    assert operator["metadata"]["namespace"] == "kubegan-system"
+    assert operator["spec"]["endpoints"][0]["port"] == "metrics"
+    trainers = one(docs, "ClusterPodMonitoring")
+    assert "namespace" not in trainers["metadata"]
+    assert trainers["spec"]["selector"]["matchLabels"]["kubegan.io/worker-index"] == "0"
+    rules = one(docs, "ClusterRules")["spec"]["groups"]
+    po = one(render("gke", False, *PROMETHEUS_OPERATOR_API), "PrometheusRule")["spec"]["groups"]
+    assert rules == po and any(
+        r.get("alert") == "KubeganJobFailed" for g in rules for r in g["rules"]
+    )
+    # Off in the default values, and without rules when asked.
+    assert not {d["kind"] for d in render("default", False, *GOOGLE_MANAGED_API)} & MONITORING_KINDS
+    no_rules = render(
+        "gke", False, *GOOGLE_MANAGED_API, "--set", "monitoring.googleManagedPrometheus.rules=false"
+    )
+    assert not by_kind(no_rules, "ClusterRules") and one(no_rules, "ClusterPodMonitoring")
+
+
+def test_azure_managed_prometheus_monitors() -> None:
+    """values-aks turns Azure Managed Prometheus on: the same monitors under
+    azmonitoring.coreos.com/v1, beside prometheus-operator's when both APIs exist."""
+    docs = render("aks", False, *AZURE_MANAGED_API)
+    monitors = [d for d in docs if d["kind"] in MONITORING_KINDS]
+    assert sorted((d["apiVersion"], d["kind"]) for d in monitors) == [
+        ("azmonitoring.coreos.com/v1", "PodMonitor"),
+        ("azmonitoring.coreos.com/v1", "ServiceMonitor"),
+    ]
+    both = render("aks", False, *AZURE_MANAGED_API, *PROMETHEUS_OPERATOR_API)
+    pms = by_kind(both, "PodMonitor")
+    assert {d["apiVersion"] for d in pms} == {"azmonitoring.coreos.com/v1", MONITORING}
+    assert pms[0]["spec"] == pms[1]["spec"]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import requests
 import yaml
 from kubegan_trainer.ports import reserve_port
 
-from tests.helm.chart import MONITORING_ON, by_kind, one, template
+from tests.helm.chart import MONITORING_ON, PROMETHEUS_OPERATOR_API, by_kind, one, template
 from tests.support.kube import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def tool(name: str) -> str:
 
 
 def chart_objects(*extra: str) -> list[dict[str, Any]]:
-    return template(*MONITORING_ON, *extra)
+    return template(*MONITORING_ON, *PROMETHEUS_OPERATOR_API, *extra)
 
 
 def rules_file(path: Path, *extra: str) -> dict[str, Any]:

@@ -73,3 +73,19 @@ Call with (list $ "pytorch" "trainer-torch"). */}}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/* The ServiceMonitor/PodMonitor API versions to render, as a JSON list: prometheus-operator's
+when the monitor is enabled, Azure Managed Prometheus' (ama-metrics reads the same spec under
+its own group) when monitoring.azureManagedPrometheus.enabled; each only where the cluster
+serves it, so `helm install` works without the CRDs. Call with (list $ <monitor enabled>). */}}
+{{- define "kubegan.monitorApis" -}}
+{{- $root := index . 0 -}}
+{{- $apis := list -}}
+{{- if and (index . 1) ($root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") -}}
+{{- $apis = append $apis "monitoring.coreos.com/v1" -}}
+{{- end -}}
+{{- if and $root.Values.monitoring.azureManagedPrometheus.enabled ($root.Capabilities.APIVersions.Has "azmonitoring.coreos.com/v1") -}}
+{{- $apis = append $apis "azmonitoring.coreos.com/v1" -}}
+{{- end -}}
+{{- toJson $apis -}}
+{{- end -}}
