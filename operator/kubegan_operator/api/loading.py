@@ -30,6 +30,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
 from kubegan_operator.api.spec import API_VERSION, KIND, GANTrainingJob, decode_job
+from kubegan_operator.foundation.pools import PoolTemplate, from_declared
 
 MiB = 1 << 20
 # Deeper than any Kubernetes object kubectl prints (managedFields reach about 20 levels).
@@ -53,6 +54,7 @@ class Limits:
 # The apiserver stores an object in etcd only up to about 1.5 MiB; a job file is far smaller.
 JOB_LIMITS = Limits("job file", 1 * MiB)
 PRICE_LIMITS = Limits("price table", 1 * MiB)
+POOL_LIMITS = Limits("node pool list", 1 * MiB)
 # `kubectl get nodes/pods -A -o yaml` of a few thousand nodes or pods.
 LIST_LIMITS = Limits("node or pod list", 32 * MiB)
 
@@ -509,6 +511,22 @@ def load_prices(path: str | Path) -> Any:
         return PriceTable.from_mapping(docs[0] if docs else {})
     except ValidationError as err:
         raise InputError([f"{source}: {line}" for line in validation_problems(err)]) from None
+    except ValueError as err:
+        raise InputError([f"{source}: {str(err).splitlines()[0]}"]) from None
+
+
+def load_node_pools(path: str | Path) -> list[PoolTemplate]:
+    """The autoscaled pools of `kubegan operator --node-pools` (the chart's
+    `autoscaling.pools`): a list, or a mapping holding it under `pools`."""
+    source = str(path)
+    docs = read_yaml(path, POOL_LIMITS)
+    if len(docs) > 1:
+        raise InputError([f"{source}: holds {len(docs)} documents, expected one pool list"])
+    data = docs[0] if docs else []
+    if isinstance(data, dict) and set(data) == {"pools"}:
+        data = data["pools"]
+    try:
+        return from_declared(data)
     except ValueError as err:
         raise InputError([f"{source}: {str(err).splitlines()[0]}"]) from None
 

@@ -248,6 +248,16 @@ class RunPolicySpec(ApiModel):
     suspend: bool = False
 
 
+class SchedulingSpec(ApiModel):
+    capacity_timeout_seconds: int = Field(
+        default=600,
+        ge=10,
+        le=86400,
+        description="How long a gang waits for an autoscaler to add its nodes before it is "
+        "released (its workers deleted, checkpoints kept) and tried again with backoff.",
+    )
+
+
 class CostSpec(ApiModel):
     accelerator_hourly_price: Annotated[float, Field(ge=0, le=MAX_HOURLY_PRICE)] | None = Field(
         default=None,
@@ -472,6 +482,9 @@ class GANTrainingJobSpec(ApiModel):
     run_policy: RunPolicySpec = Field(
         default_factory=RunPolicySpec, json_schema_extra={"default": {}}
     )
+    scheduling: SchedulingSpec = Field(
+        default_factory=SchedulingSpec, json_schema_extra={"default": {}}
+    )
     cost: CostSpec = Field(default_factory=CostSpec, json_schema_extra={"default": {}})
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, json_schema_extra={"default": {}}
@@ -628,3 +641,7 @@ class GANTrainingJobStatus(ApiModel):
     released_attempt: int | None = None  # the attempt whose scheduling gates were lifted
     released_at: str | None = None
     cost_accrued_at: str | None = None
+    # Gangs released after waiting spec.scheduling.capacityTimeoutSeconds for an autoscaler
+    # in a row, and when the next may be created (the backoff).
+    capacity_releases: int | None = None
+    capacity_retry_at: str | None = None

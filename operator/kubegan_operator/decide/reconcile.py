@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -87,6 +87,10 @@ class Reason(StrEnum):
     no_claim = "NoClaim"
     claim_mounted = "ClaimMounted"
     no_fit = "NoFit"
+    waiting_for_capacity = "WaitingForCapacity"
+    scale_up_requested = "ScaleUpRequested"
+    capacity_arrived = "CapacityArrived"
+    capacity_timeout = "CapacityTimeout"
     unschedulable = "Unschedulable"
     planned = "Planned"
     workers_created = "WorkersCreated"
@@ -404,8 +408,10 @@ def create_gang(c: Context) -> bool:
     of one is created ungated: it is whole at once)."""
     if c.current:
         return False
-    plan = c.seen.plan(c.job.spec)
     st = c.st
+    if capacity_backoff(c):
+        return True
+    plan = c.seen.plan(c.job.spec)
     if not plan.feasible:
         was = next((x for x in st.conditions if x.type == ConditionType.unschedulable), None)
         said = was is not None and was.status == "True" and was.reason == Reason.no_fit
@@ -418,13 +424,31 @@ def create_gang(c: Context) -> bool:
             c.condition(ConditionType.unschedulable, True, Reason.no_fit, plan.reason)
         transition(st, Phase.pending, c.now)
         return True
-    c.condition(
-        ConditionType.unschedulable,
-        False,
-        Reason.planned,
-        f"{plan.workers} worker(s) x {plan.gpus_per_worker or plan.tpu_chips_per_worker}"
-        f" accelerator(s) on {', '.join(plan.nodes)}",
-    )
+    if plan.waits_for_capacity():
+        _request_capacity(c, plan)
+    else:
+        c.condition(
+            ConditionType.unschedulable,
+            False,
+            Reason.planned,
+            f"{plan.workers} worker(s) x {plan.gpus_per_worker or plan.tpu_chips_per_worker}"
+            f" accelerator(s) on {', '.join(plan.nodes)}",
+        )
+    _create_workers(c, plan)
+    st.attempt_created_at = c.ts
+    # The gang is released (its gates lifted) once every worker exists, normally in this same
+    # sync. Recorded now, the release writes no status of its own: a third of a new job's
+    # status writes, the apiserver's costliest requests at scale. Whether a gang *was*
+    # released is read from its pods (ungated), not from this record.
+    st.released_attempt = st.attempt
+    st.released_at = c.ts
+    transition(st, Phase.pending, c.now)
+    return True
+
+
+def _create_workers(c: Context, plan: Plan) -> None:
+    """Record the plan in status, render every worker and say what was created, and where."""
+    st = c.st
     st.plan = plan.to_json()
     st.placement = PlacementStatus(
         workers=plan.workers,
@@ -442,22 +466,53 @@ def create_gang(c: Context) -> bool:
         True,
         Reason.workers_created,
         f"attempt {st.attempt}: {plan.workers} worker(s) created"
-        + (", gated until all exist" if plan.workers > 1 else ""),
+        + (
+            ", ungated: pending for the autoscaler to see"
+            if plan.waits_for_capacity()
+            else ", gated until all exist"
+            if plan.workers > 1
+            else ""
+        ),
     )
     c.event(
         "Normal",
         Reason.workers_created,
         f"attempt {st.attempt}: {plan.workers} worker(s), strategy {plan.strategy}, nodes "
-        f"{', '.join(plan.nodes)}, {hourly(plan.cost_per_hour)}",
+        f"{where(plan)}, {hourly(plan.cost_per_hour)}",
     )
-    st.attempt_created_at = c.ts
-    # The gang is released (its gates lifted) once every worker exists, normally in this same
-    # sync. Recorded now, the release writes no status of its own: a third of a new job's
-    # status writes, the apiserver's costliest requests at scale. Whether a gang *was*
-    # released is read from its pods (ungated), not from this record.
-    st.released_attempt = st.attempt
-    st.released_at = c.ts
-    transition(st, Phase.pending, c.now)
+
+
+def where(plan: Plan) -> str:
+    """The plan's nodes in words, with those an autoscaled pool must still add."""
+    new = f"{plan.new_nodes} new node(s) of pool {plan.pool}" if plan.new_nodes else ""
+    return ", ".join([*plan.nodes, *([new] if new else [])])
+
+
+def capacity_wait_message(plan: Plan, bound: int) -> str:
+    return (
+        f"{plan.pool_source} must add {plan.new_nodes} node(s) ({plan.pool_limits}); "
+        f"{bound} of {plan.workers} worker(s) bound"
+    )
+
+
+def _request_capacity(c: Context, plan: Plan) -> None:
+    """The gang needs nodes an autoscaler must add: its workers are created ungated (a gated
+    pod is invisible to autoscalers) and pinned to the pool, all at once, so the autoscaler
+    sees the whole gang and can add every node in one scale-up. No worker trains before all
+    run (the rendezvous waits); the capacity timeout releases a gang that never completes."""
+    message = capacity_wait_message(plan, 0)
+    c.condition(ConditionType.unschedulable, True, Reason.waiting_for_capacity, message)
+    c.event("Normal", Reason.scale_up_requested, message)
+    c.requeue(c.job.spec.scheduling.capacity_timeout_seconds)
+
+
+def capacity_backoff(c: Context) -> bool:
+    """After a gang was released for want of capacity, wait out the backoff before the next."""
+    retry = parse_time(c.st.capacity_retry_at)
+    if retry is None or c.now >= retry:
+        return False
+    c.requeue((retry - c.now).total_seconds())
+    transition(c.st, Phase.pending, c.now)
     return True
 
 
@@ -528,6 +583,14 @@ def gang_running(c: Context) -> bool:
         created = parse_time(st.attempt_created_at)
         if created is not None:
             c.d.time_to_running = max(0.0, (c.now - created).total_seconds())
+        plan = _stored_plan(st)
+        if plan is not None and plan.waits_for_capacity():
+            c.event(
+                "Normal",
+                Reason.capacity_arrived,
+                f"{plan.pool_source} added the node(s): all {len(c.workers)} worker(s) running",
+            )
+        st.capacity_releases = st.capacity_retry_at = None
         c.event("Normal", Reason.running, f"all {len(c.workers)} worker(s) running")
     transition(
         st,
@@ -581,6 +644,51 @@ def gang_waiting(c: Context) -> bool:
     return True
 
 
+# The first retry after a capacity timeout comes this long after it, doubling each time up to
+# the timeout itself: an autoscaler short of capacity now (a stockout, a pool at its limit)
+# is asked again, without a gang holding nodes the whole time.
+CAPACITY_BACKOFF_SECONDS = 30.0
+
+
+def gang_waiting_for_capacity(c: Context) -> bool:
+    """A gang waiting for an autoscaler: say how far it got; release it after the timeout."""
+    st = c.st
+    plan = _stored_plan(st)
+    if plan is None or not plan.waits_for_capacity():
+        return False
+    timeout = c.job.spec.scheduling.capacity_timeout_seconds
+    bound = sum(1 for w in c.workers if w.node)
+    since = parse_time(st.attempt_created_at) or c.now
+    waited = (c.now - since).total_seconds()
+    if waited < timeout:
+        message = capacity_wait_message(plan, bound)
+        was = next((x for x in st.conditions if x.type == ConditionType.unschedulable), None)
+        if was is None or was.message != message:
+            c.condition(ConditionType.unschedulable, True, Reason.waiting_for_capacity, message)
+        c.requeue(timeout - waited)
+        transition(st, Phase.pending, c.now)
+        return True
+    releases = (st.capacity_releases or 0) + 1
+    backoff = min(float(timeout), CAPACITY_BACKOFF_SECONDS * 2 ** (releases - 1))
+    why = (
+        f"gang released after {timeout}s waiting for capacity: {plan.pool_source} added "
+        f"{max(0, bound - len(plan.nodes))} of {plan.new_nodes} node(s) ({plan.pool_limits}); "
+        f"checkpoints kept, trying again in {backoff:.0f}s"
+    )
+    # Nobody failed, and the job never fails for it: a released gang counts as a preemption
+    # (DESIGN §9), outside runPolicy.maxPreemptions.
+    st.preemptions += 1
+    st.capacity_releases = releases
+    st.capacity_retry_at = now_iso(c.now + timedelta(seconds=backoff))
+    st.attempt += 1
+    c.condition(ConditionType.unschedulable, True, Reason.waiting_for_capacity, why)
+    c.event("Warning", Reason.capacity_timeout, why)
+    c.delete(c.current, "all")
+    c.requeue(backoff)
+    transition(st, Phase.pending, c.now)
+    return True
+
+
 STEPS: tuple[Step, ...] = (
     finished,
     suspended,
@@ -594,6 +702,7 @@ STEPS: tuple[Step, ...] = (
     gang_succeeded,
     gang_failed,
     gang_running,
+    gang_waiting_for_capacity,
     gang_waiting,
 )
 

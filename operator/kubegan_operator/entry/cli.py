@@ -278,6 +278,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health-port", type=int, default=8080, help="liveness endpoint port")
     p.add_argument("--prices", metavar="PRICES.yaml", type=_path, help="price table file")
     p.add_argument(
+        "--node-pools",
+        metavar="POOLS.yaml",
+        type=_path,
+        help="autoscaled node pools the planner may scale up (the chart's autoscaling.pools)",
+    )
+    p.add_argument(
+        "--karpenter",
+        action="store_true",
+        help="plan on Karpenter NodePools too (karpenter.sh/v1), listed every 10 s",
+    )
+    p.add_argument(
         "--no-trainer-progress",
         dest="trainer_progress",
         action="store_false",

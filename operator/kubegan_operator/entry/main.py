@@ -10,7 +10,7 @@ from kubegan_trainer.ports import is_bindable
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from kubegan_operator.api.loading import InputError, load_prices
+from kubegan_operator.api.loading import InputError, load_node_pools, load_prices
 from kubegan_operator.api.pricing import DEFAULT_PRICES
 from kubegan_operator.foundation import heap
 from kubegan_operator.foundation.leader import (
@@ -21,6 +21,7 @@ from kubegan_operator.foundation.leader import (
 )
 from kubegan_operator.runtime import controller, metrics
 from kubegan_operator.runtime.kube import Kube, KubeconfigError
+from kubegan_operator.runtime.pools import PoolSource
 
 log = logging.getLogger("kubegan.operator")
 
@@ -49,6 +50,7 @@ def run_operator(args: argparse.Namespace) -> int:
     # The same reader as `kubegan plan --prices`: InputError, one line per problem, before
     # anything starts.
     prices = load_prices(args.prices) if args.prices else DEFAULT_PRICES
+    declared = load_node_pools(args.node_pools) if args.node_pools else []
     require_free_ports(args)
     heap.tune()
     try:
@@ -62,6 +64,7 @@ def run_operator(args: argparse.Namespace) -> int:
         namespaces,
         read_progress=args.trainer_progress,
         progress_seconds=args.progress_interval,
+        pools=PoolSource(declared, karpenter=args.karpenter),
     )
     memo = kopf.Memo(controller=ctl)
     if args.leader_elect:

@@ -23,7 +23,12 @@ ACCELERATOR_LABELS = (
     "nvidia.com/gpu.product",
     "kubernetes.azure.com/accelerator",
 )
-POOL_LABELS = ("cloud.google.com/gke-nodepool", "kubernetes.azure.com/agentpool")
+# Karpenter's own label last: a NodePool whose template names no cloud pool is its pool.
+POOL_LABELS = (
+    "cloud.google.com/gke-nodepool",
+    "kubernetes.azure.com/agentpool",
+    "karpenter.sh/nodepool",
+)
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -114,6 +119,8 @@ class NodeInfo:
     accelerator: str
     tpu_accelerator: str
     tpu_topology: str
+    # A node an autoscaled pool would add (pools.new_node), not one that exists.
+    planned: bool = False
 
 
 # ---- the fields of Node and Pod objects that placement reads ------------------------------

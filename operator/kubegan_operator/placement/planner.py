@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -18,6 +18,13 @@ from kubegan_trainer.distribution import decide_strategy
 
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable, WorkerRequest, cost_per_hour
 from kubegan_operator.api.spec import GANTrainingJobSpec, SpotPolicy
+from kubegan_operator.foundation.pools import (
+    MAX_NEW_NODES,
+    PoolTemplate,
+    new_node,
+    pool_nodes,
+    room_for,
+)
 from kubegan_operator.foundation.topology import (
     GPU_TAINT_KEYS,
     SPOT_TAINT_KEYS,
@@ -45,6 +52,11 @@ class Plan:
     accelerator: str = ""
     cost_per_hour: float = 0.0
     reason: str = ""
+    # Nodes an autoscaled pool must add for this plan (its workers beyond `nodes` wait for
+    # them, pinned to the pool), and where they come from, for the status and the events.
+    new_nodes: int = 0
+    pool_source: str = ""
+    pool_limits: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +72,15 @@ class Plan:
             "accelerator": self.accelerator,
             "costPerHour": self.cost_per_hour,
             "reason": self.reason,
+            **(
+                {
+                    "newNodes": self.new_nodes,
+                    "poolSource": self.pool_source,
+                    "poolLimits": self.pool_limits,
+                }
+                if self.new_nodes
+                else {}
+            ),
         }
 
     @classmethod
@@ -78,7 +99,13 @@ class Plan:
             accelerator=str(data.get("accelerator", "")),
             cost_per_hour=float(data.get("costPerHour", 0.0)),
             reason=str(data.get("reason", "")),
+            new_nodes=int(data.get("newNodes", 0)),
+            pool_source=str(data.get("poolSource", "")),
+            pool_limits=str(data.get("poolLimits", "")),
         )
+
+    def waits_for_capacity(self) -> bool:
+        return self.new_nodes > 0
 
 
 # ---- tolerations --------------------------------------------------------------------------
@@ -222,8 +249,9 @@ def choose_nodes(candidates: Sequence[NodeInfo], workers: int, per_worker: int) 
     """`workers` nodes from `candidates` (each already fits): one pool holding the whole job,
     then spot (cheaper), then best fit, then name."""
 
-    def node_key(n: NodeInfo) -> tuple[int, int, str]:
-        return (0 if n.spot else 1, n.free_gpus - per_worker, n.name)
+    def node_key(n: NodeInfo) -> tuple[bool, int, int, str]:
+        # Nodes that exist before nodes an autoscaler would have to add.
+        return (n.planned, 0 if n.spot else 1, n.free_gpus - per_worker, n.name)
 
     by_pool: dict[str, list[NodeInfo]] = {}
     for n in candidates:
@@ -256,6 +284,23 @@ def _skipped_summary(skipped: Sequence[tuple[str, str]]) -> str:
 
 
 def plan(
+    spec: GANTrainingJobSpec,
+    inventory: Inventory,
+    prices: PriceTable = DEFAULT_PRICES,
+    pools: Sequence[PoolTemplate] = (),
+) -> Plan:
+    """Free capacity on the nodes that exist first; when that cannot hold the job, the
+    cheapest autoscaled pool that can add the nodes (issue 24)."""
+    now = plan_existing(spec, inventory, prices)
+    if now.feasible or not pools or spec.resources.tpu is not None:
+        return now
+    scaled, why_not = plan_on_pools(spec, inventory, pools, prices)
+    if scaled is not None:
+        return scaled
+    return replace(now, reason=f"{now.reason} Autoscaled pools: {why_not}.")
+
+
+def plan_existing(
     spec: GANTrainingJobSpec,
     inventory: Inventory,
     prices: PriceTable = DEFAULT_PRICES,
@@ -336,6 +381,76 @@ def _plan_gpu(
         )
     chosen = choose_nodes(candidates, workers, per_worker)
     return _feasible(spec, chosen, per_worker, 0, prices)
+
+
+def plan_on_pools(
+    spec: GANTrainingJobSpec,
+    inventory: Inventory,
+    pools: Sequence[PoolTemplate],
+    prices: PriceTable,
+) -> tuple[Plan | None, str]:
+    """The cheapest plan that autoscaled pools can hold by adding nodes (spot first where
+    the job allows it, then cost per hour, then fewer new nodes), or None and why no pool
+    can. Each pool is planned alone: a gang spread over two pools would wait for two
+    autoscalers, and one worker per node with all its GPUs holds for the new nodes too."""
+    req = Requirements.of(spec)
+    options: list[tuple[tuple[bool, float, int, str], Plan]] = []
+    notes: list[str] = []
+    for pool in pools:
+        best, why = _plan_on_pool(spec, req, inventory, pool, prices)
+        if best is None:
+            notes.append(f"{pool.source}: {why}")
+        else:
+            options.append(((not best.spot, best.cost_per_hour, best.new_nodes, pool.name), best))
+    if not options:
+        return None, "; ".join(notes[:MAX_LISTED]) + (
+            f"; and {len(notes) - MAX_LISTED} more" if len(notes) > MAX_LISTED else ""
+        )
+    return min(options, key=lambda o: o[0])[1], ""
+
+
+def _plan_on_pool(
+    spec: GANTrainingJobSpec,
+    req: Requirements,
+    inventory: Inventory,
+    pool: PoolTemplate,
+    prices: PriceTable,
+) -> tuple[Plan | None, str]:
+    """The pool's plan: its free nodes first, then as many new nodes as the gang needs. The
+    pool's limits are named, not enforced: what else holds the pool (other pods, nodes being
+    added) is the autoscaler's to know, and a gang it cannot complete is released after
+    spec.scheduling.capacityTimeoutSeconds with the limits in the message."""
+    existing = pool_nodes(pool, inventory.nodes)
+    tolerated: dict[Taint, bool] = {}
+    usable = [n for n in existing if ineligibility(n, req, tolerated) is None]
+    need = min(MAX_NEW_NODES, spec.resources.workers or spec.resources.gpus or 1)
+    why = "no instance type fits"
+    # Largest nodes first: fewer, fuller nodes (the shape rule), as on nodes that exist.
+    for shape in sorted(pool.shapes, key=lambda s: (-s.gpus, s.instance_type)):
+        unfit = ineligibility(new_node(pool, shape, 0), req, tolerated)
+        if unfit is not None:
+            why = f"{shape.instance_type or 'its nodes'}: {unfit}"
+            continue
+        candidates = usable + [new_node(pool, shape, i) for i in range(need)]
+        result = _plan_gpu(spec, candidates, [], prices)
+        if not result.feasible:
+            why = f"{shape.instance_type or 'its nodes'}: {result.reason.split(';')[0]}"
+            continue
+        new = {n.name for n in candidates if n.planned}
+        real = tuple(n for n in result.nodes if n not in new)
+        limits = pool.limit_text()
+        if pool.limits:
+            limits += f", room for {room_for(pool, shape, existing)} more node(s) when planned"
+        return replace(
+            result,
+            nodes=real,
+            new_nodes=result.workers - len(real),
+            pool=pool.name,
+            pool_label=pool.pool_label,
+            pool_source=pool.source,
+            pool_limits=limits,
+        ), ""
+    return None, why
 
 
 def topology_chips(topology: str) -> int:

@@ -367,7 +367,12 @@ def render_pod(
         "enableServiceLinks": False,
         # A gang of one is whole the moment it is created: its gate would only cost a
         # round trip to lift it (most single-node jobs).
-        **({"schedulingGates": [{"name": GANG_GATE}]} if plan.workers > 1 else {}),
+        # Nor is a gang waiting for an autoscaler gated: a gated pod is invisible to it.
+        **(
+            {"schedulingGates": [{"name": GANG_GATE}]}
+            if plan.workers > 1 and not plan.waits_for_capacity()
+            else {}
+        ),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS_USER,

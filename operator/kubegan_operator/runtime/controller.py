@@ -41,6 +41,7 @@ from kubegan_operator.foundation.workqueue import WorkQueue
 from kubegan_operator.runtime import cache, metrics
 from kubegan_operator.runtime.apply import Applier
 from kubegan_operator.runtime.observe import Observer
+from kubegan_operator.runtime.pools import PoolSource
 from kubegan_operator.runtime.threads import ApiThreads
 
 log = logging.getLogger("kubegan.operator")
@@ -76,8 +77,10 @@ class Controller:
         progress_seconds: float = PROGRESS_SECONDS,
         workers: int = WORKERS,
         capacity: cache.FreeCapacity | None = None,
+        pools: PoolSource | None = None,
     ) -> None:
         self.kube = kube
+        self.pools = pools or PoolSource()
         self.namespaces = namespaces or None
         self.workers = workers
         self.queue: WorkQueue[cache.JobKey] = WorkQueue()
@@ -88,7 +91,13 @@ class Controller:
         self.threads = ApiThreads()
         self.progress = ProgressReader(read_progress, progress_seconds)
         self.observer = Observer(
-            kube, self.expectations, prices, self.namespaces, self.progress, self.threads
+            kube,
+            self.expectations,
+            prices,
+            self.namespaces,
+            self.progress,
+            self.threads,
+            self.pools.pools,
         )
         self.applier = Applier(kube, self.expectations, self.threads)
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}
@@ -118,6 +127,10 @@ class Controller:
             self.queue.add(key)
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
         self._tasks.append(asyncio.create_task(self._housekeeping()))
+        if self.pools.karpenter:
+            # A pool appearing or growing may hold jobs that found no placement.
+            poll = self.pools.poll(self.kube, self.threads, lambda: self._queue_waiting(0))
+            self._tasks.append(asyncio.create_task(poll))
         for task in self._tasks:
             task.add_done_callback(_crashed)
         metrics.LEADER.set(1)

@@ -8,7 +8,7 @@ operator watching only some namespaces, the pods of the others (they hold GPUs t
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from kubegan_trainer.contract import config_map_name, service_name
 from kubegan_operator.api.pricing import PriceTable
 from kubegan_operator.api.spec import GANTrainingJobSpec, Phase
 from kubegan_operator.decide.snapshot import JobSnapshot, Planner
+from kubegan_operator.foundation.pools import PoolTemplate
 from kubegan_operator.foundation.progress import ProgressReader
 from kubegan_operator.foundation.topology import PodUsage, pod_usage
 from kubegan_operator.placement.planner import Plan, plan
@@ -37,8 +38,10 @@ class Observer:
         namespaces: list[str] | None,
         progress: ProgressReader,
         threads: ApiThreads,
+        pools: Callable[[], Sequence[PoolTemplate]] = tuple,
     ) -> None:
         self.kube, self.expectations, self.prices = kube, expectations, prices
+        self.pools = pools
         self.namespaces, self.progress, self.threads = namespaces, progress, threads
         self.view: cache.View | None = None  # kopf's indexes, once it hands them over
         self._foreign: tuple[float, list[PodUsage]] = (-FOREIGN_PODS_SECONDS, [])
@@ -90,7 +93,8 @@ class Observer:
     def _planner(self, view: cache.View, key: cache.JobKey, extra: list[PodUsage]) -> Planner:
         def plan_now(spec: GANTrainingJobSpec) -> Plan:
             # The job's own pods are left out: a gang planned again may reuse their room.
-            return plan(spec, view.inventory(exclude_job=key, extra=extra), self.prices)
+            inventory = view.inventory(exclude_job=key, extra=extra)
+            return plan(spec, inventory, self.prices, self.pools())
 
         return plan_now
 
