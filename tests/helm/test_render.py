@@ -14,7 +14,12 @@ from kubegan_operator.api.pricing import DEFAULT_PRICES
 from kubegan_operator.api.spec import GANTrainingJob
 from kubegan_operator.placement.planner import static_plan
 from kubegan_operator.placement.render import render_pod
-from kubegan_trainer.contract import ENV_TRAINER_IMAGE_TF, ENV_TRAINER_IMAGE_TORCH, JOB_NAME_LABEL
+from kubegan_trainer.contract import (
+    ENV_TRAINER_IMAGE_TF,
+    ENV_TRAINER_IMAGE_TORCH,
+    JOB_NAME_LABEL,
+    WORKER_INDEX_LABEL,
+)
 
 from tests.helm.chart import (
     AZURE_MANAGED_API,
@@ -357,7 +362,7 @@ def test_google_managed_prometheus_objects() -> None:
     assert operator["spec"]["endpoints"][0]["port"] == "metrics"
     trainers = one(docs, "ClusterPodMonitoring")
     assert "namespace" not in trainers["metadata"]
-    assert trainers["spec"]["selector"]["matchLabels"]["kubegan.io/worker-index"] == "0"
+    assert trainers["spec"]["selector"]["matchLabels"][WORKER_INDEX_LABEL] == "0"
     rules = one(docs, "ClusterRules")["spec"]["groups"]
     po = one(render("gke", False, *PROMETHEUS_OPERATOR_API), "PrometheusRule")["spec"]["groups"]
     assert rules == po and any(
