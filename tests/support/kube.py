@@ -103,14 +103,17 @@ class Kubectl:
 class Operator:
     """`kubegan operator` as a subprocess, the way a user runs it."""
 
-    def __init__(self, log_dir: Path, *extra_args: str, name: str = "operator") -> None:
+    def __init__(
+        self, log_dir: Path, *extra_args: str, name: str = "operator", kubeconfig: Path = KUBECONFIG
+    ) -> None:
         self.log_path = log_dir / f"{name}.log"
+        self.kubeconfig = kubeconfig
         self.extra_args = list(extra_args)
         self.metrics_port, self.health_port = reserve_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(KUBECONFIG)}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [
