@@ -3,7 +3,7 @@ kubernetes service discovery, which Debian's package lacks) finds the operator a
 trainer's worker 0 through the apiserver (kubernetes service discovery, configured the way
 prometheus-operator configures it from the chart's ServiceMonitor and PodMonitor), scrapes
 them across the node network, and every Grafana dashboard query returns series of an
-in-cluster job; a preemption of that job shows in `kubegan_job_preemptions_total` and in the
+in-cluster job; a preemption of that job shows in `kubegan_job_preemptions` and in the
 cost: CPU-only workers are priced by their vCPUs and memory, and nothing accrues while the job
 waits for a new gang."""
 

@@ -79,6 +79,23 @@ def promtool(*args: str, binary: str | None = None) -> subprocess.CompletedProce
     )
 
 
+def check_live_metrics(url: str) -> None:
+    """`promtool check metrics` (the pinned build) on what `url` serves now: the exposition
+    format and Prometheus' naming conventions (`_total` only on counters, units, ...)."""
+    page = requests.get(url, timeout=10)
+    page.raise_for_status()
+    result = subprocess.run(
+        [prometheus_with_kubernetes_sd()[1], "check", "metrics"],
+        input=page.text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"promtool check metrics {url}:\n{result.stdout}{result.stderr}"
+    assert "# TYPE kubegan_" in page.text  # a page with kubegan's own metrics, not an empty one
+
+
 def prometheus_with_kubernetes_sd() -> tuple[str, str]:
     """(prometheus, promtool) built with kubernetes service discovery, which Debian's
     package leaves out (hack/build-node-binaries.sh; `make install` builds them)."""

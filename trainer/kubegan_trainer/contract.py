@@ -110,11 +110,13 @@ TRAINER_METRICS = (
 )
 
 # Operator.
-JOBS = "kubegan_jobs"  # gauge by phase
-JOB_COST = "kubegan_job_cost_dollars_total"
+JOBS = "kubegan_jobs"  # gauge by namespace and phase
+# Gauges, so no `_total` (Prometheus' naming: only counters end in it): they mirror the job
+# status's own figures, which survive an operator restart that a counter would not.
+JOB_COST = "kubegan_job_cost_dollars"
 JOB_COST_RATE = "kubegan_job_cost_rate_dollars_per_hour"
-JOB_PREEMPTIONS = "kubegan_job_preemptions_total"
-JOB_RESTARTS = "kubegan_job_restarts_total"
+JOB_PREEMPTIONS = "kubegan_job_preemptions"
+JOB_RESTARTS = "kubegan_job_restarts"
 JOB_TIME_TO_RUNNING = "kubegan_job_time_to_running_seconds"  # histogram
 RECONCILE_DURATION = "kubegan_reconcile_duration_seconds"  # histogram
 RECONCILES = "kubegan_reconciles"  # a counter: exposed as kubegan_reconciles_total

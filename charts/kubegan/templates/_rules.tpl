@@ -49,13 +49,13 @@ prometheus-operator PrometheusRule and Google Managed Prometheus' ClusterRules. 
   - alert: KubeganJobOverBudget
     expr: |-
       {{- if $budget.jobs }}
-      (kubegan_job_cost_dollars_total > on (namespace, ganjob) group_left () kubegan:job_budget_dollars)
+      (kubegan_job_cost_dollars > on (namespace, ganjob) group_left () kubegan:job_budget_dollars)
       {{- end }}
       {{- if and $budget.jobs (not (kindIs "invalid" $budget.defaultDollars)) }}
       or
       {{- end }}
       {{- if not (kindIs "invalid" $budget.defaultDollars) }}
-      (kubegan_job_cost_dollars_total > {{ $budget.defaultDollars }}
+      (kubegan_job_cost_dollars > {{ $budget.defaultDollars }}
       {{- if $budget.jobs }} unless on (namespace, ganjob) kubegan:job_budget_dollars{{ end }})
       {{- end }}
     labels:

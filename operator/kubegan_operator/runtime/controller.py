@@ -224,7 +224,11 @@ class Controller:
             assert self.view is not None
             jobs = [cache._one(s) or {} for s in self.view.jobs.values()]
             metrics.observe_phases(
-                (j.get("status") or {}).get("phase", Phase.pending) for j in jobs
+                (
+                    (j.get("metadata") or {}).get("namespace", ""),
+                    (j.get("status") or {}).get("phase", Phase.pending),
+                )
+                for j in jobs
             )
             now = datetime.now(UTC)
             for j in jobs:  # the cost gauges move on between the status's accruals

@@ -16,7 +16,13 @@ from kubegan_operator.foundation.cost import dollars_now
 REGISTRY = CollectorRegistry()
 JOB_LABELS = (contract.JOB_LABEL, contract.NAMESPACE_LABEL)
 
-JOBS = Gauge(contract.JOBS, "GANTrainingJobs by phase", ["phase"], registry=REGISTRY)
+# By namespace too, so alerts on failed jobs can be routed to the team that owns them.
+JOBS = Gauge(
+    contract.JOBS,
+    "GANTrainingJobs by namespace and phase",
+    [contract.NAMESPACE_LABEL, "phase"],
+    registry=REGISTRY,
+)
 # Gauges mirror the counters kept in job status, so an operator restart does not reset them.
 COST = Gauge(contract.JOB_COST, "Accrued cost of a job in USD", JOB_LABELS, registry=REGISTRY)
 COST_RATE = Gauge(
@@ -78,9 +84,23 @@ def forget_job(namespace: str, name: str) -> None:
             metric.remove(name, namespace)
 
 
-def observe_phases(phases: Iterable[str]) -> None:
-    counts = {p.value: 0 for p in Phase}
-    for phase in phases:
-        counts[phase] = counts.get(phase, 0) + 1
-    for phase, n in counts.items():
-        JOBS.labels(phase=phase).set(n)
+_job_namespaces: set[str] = set()
+
+
+def observe_phases(jobs: Iterable[tuple[str, str]]) -> None:
+    """kubegan_jobs from (namespace, phase) of every job: each namespace with a job gets
+    every phase (0 included, so a rule sees a phase empty again); a namespace whose last job
+    is gone loses its series."""
+    counts: dict[str, dict[str, int]] = {}
+    for namespace, phase in jobs:
+        per = counts.setdefault(namespace, {p.value: 0 for p in Phase})
+        per[phase] = per.get(phase, 0) + 1
+    for namespace, per in counts.items():
+        for phase, n in per.items():
+            JOBS.labels(namespace=namespace, phase=phase).set(n)
+    for gone in _job_namespaces - counts.keys():
+        for phase in Phase:
+            with contextlib.suppress(KeyError):
+                JOBS.remove(gone, phase.value)
+    _job_namespaces.clear()
+    _job_namespaces.update(counts)
