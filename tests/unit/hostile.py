@@ -24,7 +24,7 @@ import yaml
 from hypothesis import strategies as st
 from kubegan_operator.entry.cli import main
 
-from tests.unit.nodes import node, pod
+from tests.support.world import node, pod
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "examples").glob("*.yaml"))]

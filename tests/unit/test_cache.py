@@ -12,31 +12,15 @@ from kubegan_operator.foundation.topology import assemble_inventory, build_inven
 from kubegan_operator.runtime import cache
 from kubegan_trainer.contract import GANG_GATE, JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
-from tests.unit import nodes as n
-from tests.unit.cache_world import Indexes, job_body, pod_body
+from tests.support import world as n
+from tests.support.world import Indexes, job_body, pod_body
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
 def view(idx: Indexes, clock: list[float] | None = None) -> cache.View:
     t = clock if clock is not None else [0.0]
-    exp = cache.Expectations(clock=lambda: t[0])
-    return cache.View(
-        **{k.removeprefix("kubegan_"): v for k, v in _names(idx).items()},
-        expectations=exp,
-        capacity=idx.capacity,
-    )
-
-
-def _names(idx: Indexes) -> dict[str, object]:
-    return {
-        "jobs": idx.jobs,
-        "nodes": idx.nodes,
-        "usage": idx.usage,
-        "job_pods": idx.job_pods,
-        "services": idx.services,
-        "config_maps": idx.config_maps,
-    }
+    return idx.view(cache.Expectations(clock=lambda: t[0]))
 
 
 def test_the_inventory_from_indexes_equals_the_listed_one() -> None:

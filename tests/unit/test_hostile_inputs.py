@@ -20,8 +20,8 @@ from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.planner import plan, static_plan
 from kubegan_trainer.contract import ENV_COST_RATE_PER_HOUR
 
+from tests.support.world import node, pod
 from tests.unit.hostile import ALIAS_BOMB
-from tests.unit.nodes import node, pod
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits-local.yaml"

@@ -16,7 +16,7 @@ from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.localplan import local_plan
 from kubegan_operator.placement.planner import plan
 
-from tests.unit.nodes import node
+from tests.support.world import node
 
 ROOT = Path(__file__).resolve().parents[2]
 

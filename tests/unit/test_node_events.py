@@ -2,13 +2,12 @@
 
 KWOK and kubelets refresh node status all the time; with hundreds of jobs, reconciling every
 job on each refresh would be thousands of reconciles a minute for nothing. The kopf handlers
-are called as kopf calls them, against a Controller whose indexes are filled from the same
-index functions kopf runs; what they queue is counted.
+are called as kopf calls them, against a Controller over a world's indexes (filled by the same
+index functions kopf runs; tests/support/world.py); what they queue is counted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Callable
 from typing import Any
@@ -16,69 +15,36 @@ from typing import Any
 import pytest
 from kubegan_operator.runtime import controller
 
-from tests.unit.cache_world import Indexes, job_body, pod_body
+from tests.support.world import World, job_body, pod_body
+from tests.support.world import node as world_node
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
 def node(heartbeat: str = "2026-11-23T12:00:00Z", rv: str = "1", name: str = "n0") -> dict:
-    return {
-        "metadata": {
-            "name": name,
-            "resourceVersion": rv,
-            "labels": {"cloud.google.com/gke-nodepool": "p"},
-        },
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": "8", "cpu": "96"},
-            "conditions": [
-                {"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat},
-                {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
-            ],
-        },
-    }
-
-
-class World:
-    """A Controller over in-memory indexes: jobs `run` (a worker on n0), `other` (a worker on
-    n1) and `wait` (Pending, Unschedulable: no placement)."""
-
-    def __init__(self) -> None:
-        self.idx = Indexes()
-        self.ctl = controller.Controller(kube=None, read_progress=False, capacity=self.idx.capacity)
-        self.ctl.attach(self.idx.indices())
-        self.idx.add_job(job_body("run", phase="Running"))
-        self.idx.add_job(job_body("other", phase="Running"))
-        self.idx.add_job(job_body("wait", phase="Pending", unschedulable=True))
-        self.idx.add_pod(pod_body("run", 0, node="n0"))
-        self.idx.add_pod(pod_body("other", 0, node="n1"))
-
-    def send(self, event_type: str, body: dict[str, Any]) -> None:
-        self.idx.add_node(body) if event_type != "DELETED" else None
-        asyncio.run(
-            controller._on_node(
-                event={"type": event_type, "object": body},
-                body=body,
-                memo=type("Memo", (), {"controller": self.ctl})(),
-            )
-        )
-
-    def queued(self) -> set[str]:
-        out = {k[1] for k in list(self.ctl.queue._due)}
-        for key in out:
-            self.ctl.queue.forget(("ns", key))
-        return out
+    return world_node(name, pool="p", taints=[dict(GPU_TAINT)], rv=rv, heartbeat=heartbeat)
 
 
 @pytest.fixture
 def world() -> World:
-    return World()
+    """A Controller over a world's indexes: jobs `run` (a worker on n0), `other` (a worker on
+    n1) and `wait` (Pending, Unschedulable: no placement)."""
+    w = World()
+    w.controller()
+    w.add_job(job_body("run", phase="Running"))
+    w.add_job(job_body("other", phase="Running"))
+    w.add_job(job_body("wait", phase="Pending", unschedulable=True))
+    w.add_pod(pod_body("run", 0, node="n0"))
+    w.add_pod(pod_body("other", 0, node="n1"))
+    return w
 
 
 def test_a_heartbeat_reconciles_nothing(world: World) -> None:
-    world.send("ADDED", node())
+    world.send_node("ADDED", node())
     # a new node: the jobs on it and the jobs that found no placement
     assert world.queued() == {"run", "wait"}
     for i in range(10):
-        world.send("MODIFIED", node(heartbeat=f"2026-11-23T12:0{i}:10Z", rv=str(i + 2)))
+        world.send_node("MODIFIED", node(heartbeat=f"2026-11-23T12:0{i}:10Z", rv=str(i + 2)))
         assert world.queued() == set()
 
 
@@ -101,38 +67,39 @@ def test_a_heartbeat_reconciles_nothing(world: World) -> None:
 def test_a_change_placement_sees_queues_only_the_jobs_it_affects(
     world: World, change: Callable[[dict[str, Any]], None], queued: set[str]
 ) -> None:
-    world.send("ADDED", node())
+    world.send_node("ADDED", node())
     world.queued()
     changed = copy.deepcopy(node(rv="2"))
     change(changed)
-    world.send("MODIFIED", changed)
+    world.send_node("MODIFIED", changed)
     # never `other`, whose worker is on n1
     assert world.queued() == queued
-    world.send("MODIFIED", changed)  # the same state again (a heartbeat after the change)
+    world.send_node("MODIFIED", changed)  # the same state again (a heartbeat after the change)
     assert world.queued() == set()
-    world.send("MODIFIED", node(rv="3"))  # back as it was: capacity may have come back
+    world.send_node("MODIFIED", node(rv="3"))  # back as it was: capacity may have come back
     assert world.queued() == {"run", "wait"}
 
 
 def test_a_deleted_node_queues_the_jobs_on_it(world: World) -> None:
-    world.send("ADDED", node())
+    world.send_node("ADDED", node())
     world.queued()
-    world.send("DELETED", node())
+    world.send_node("DELETED", node())
     assert world.queued() == {"run"}
 
 
 def test_only_jobs_that_found_no_placement_wait_for_capacity(world: World) -> None:
     # A gang released and waiting for the scheduler is not re-planned by node events.
-    world.idx.add_job(
+    world.add_job(
         {**job_body("gated", phase="Pending"), "status": {"phase": "Pending", "conditions": [
             {"type": "Unschedulable", "status": "True", "reason": "SchedulerWaiting"}]}}
     )  # fmt: skip
-    world.send("ADDED", node(name="n9"))
+    world.send_node("ADDED", node(name="n9"))
     assert world.queued() == {"wait"}
 
 
 def test_pod_events_queue_their_job_and_freed_capacity_the_waiting_ones(world: World) -> None:
     ctl = world.ctl
+    assert ctl is not None
     ctl.pod_event("MODIFIED", pod_body("run", 0, node="n0"))
     assert world.queued() == {"run"}
     # a pod of no job finishing on a node frees GPUs: the waiting job may fit now

@@ -17,7 +17,7 @@ from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.planner import choose_gpu_shape, divisors_descending, plan
 from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
-from tests.unit.nodes import node, pod
+from tests.support.world import node, pod
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 

@@ -1,152 +1,32 @@
-"""The pure reconcile step: gang start, classification, restarts, policies, cost, idempotence."""
+"""The pure reconcile step: gang start, classification, restarts, policies, cost, idempotence.
+Each job is observed as a sync observes it (tests/support/world.py: JobWorld)."""
 
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
-from kubegan_operator.api.spec import GANTrainingJobSpec
-from kubegan_operator.decide.reconcile import Decision, hourly, reconcile
-from kubegan_operator.decide.snapshot import JobSnapshot, Planner
+from kubegan_operator.decide.reconcile import hourly, reconcile
 from kubegan_operator.foundation.cost import dollars_now
 from kubegan_operator.foundation.podstate import Outcome, classify
+from kubegan_operator.foundation.progress import ProgressUpdate
 from kubegan_operator.foundation.timeutil import parse_time
 from kubegan_operator.placement.planner import Plan
+from kubegan_operator.runtime.cache import NOT_READY_GRACE_SECONDS
 from kubegan_trainer.contract import (
     ATTEMPT_LABEL,
-    CONTAINER_NAME,
     EXIT_INTERRUPTED,
     WORKER_INDEX_LABEL,
     termination_message,
 )
 
-T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
-PLAN = Plan(
-    True,
-    workers=2,
-    gpus_per_worker=8,
-    strategy="multi-worker",
-    nodes=("n0", "n1"),
-    pool="p",
-    pool_label="cloud.google.com/gke-nodepool",
-    cost_per_hour=36.0,
-)
-NODES = {"n0": True, "n1": True, "n2": True}
-
-
-def job(**run_policy: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubegan.io/v1alpha1",
-        "kind": "GANTrainingJob",
-        "metadata": {"name": "g", "namespace": "ns", "uid": "u-1", "generation": 1},
-        "spec": {
-            "framework": "tensorflow",
-            "model": {"name": "gan3d"},
-            "resources": {"gpus": 16},
-            "runPolicy": run_policy,
-        },
-    }
-
-
-def snapshot(
-    j: dict[str, Any],
-    pods: list[dict[str, Any]],
-    nodes: dict[str, bool],
-    now: datetime,
-    plan: Planner = lambda spec: PLAN,
-    **seen: Any,
-) -> JobSnapshot:
-    """What a sync would observe, with the job's Service and ConfigMap there."""
-    return JobSnapshot(
-        j, tuple(pods), nodes, now, have_service=True, have_config_map=True, plan=plan, **seen
-    )
-
-
-class World:
-    """Applies decisions the way the operator and a scheduler/kubelet would."""
-
-    def __init__(self, j: dict[str, Any], plan: Plan = PLAN) -> None:
-        self.job = j
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.plan = plan
-        self.nodes = dict(NODES)
-        self.now = T0
-        self.last: Decision | None = None
-        self.plans_made = 0
-
-    def step(
-        self, seconds: float = 1.0, progress: Any = None, unbindable: str | None = None
-    ) -> Decision:
-        """`progress`: a ProgressUpdate read from worker 0's metrics, if any; `unbindable`:
-        the controller's answer to whether a pinned worker can still be bound."""
-        self.now += timedelta(seconds=seconds)
-
-        def make_plan(spec: GANTrainingJobSpec) -> Plan:
-            self.plans_made += 1
-            return self.plan
-
-        d = reconcile(
-            snapshot(
-                self.job,
-                list(self.pods.values()),
-                self.nodes,
-                self.now,
-                make_plan,
-                progress=progress,
-                unbindable=unbindable,
-            )
-        )
-        if d.status is not None:
-            self.job["status"] = d.status
-        for obj in d.create:
-            if obj["kind"] == "Pod":
-                self.pods.setdefault(obj["metadata"]["name"], copy.deepcopy(obj))
-        for name in d.lift_gates:
-            self.pods[name]["spec"]["schedulingGates"] = []
-        for name, _force in d.delete_pods:
-            self.pods.pop(name, None)
-        self.last = d
-        return d
-
-    def schedule_and_run(self) -> None:
-        for i, pod in enumerate(sorted(self.pods.values(), key=lambda p: p["metadata"]["name"])):
-            assert not pod["spec"].get("schedulingGates")
-            pod["spec"]["nodeName"] = self.plan.nodes[i % len(self.plan.nodes)]
-            pod["status"] = {"phase": "Running"}
-
-    def end(self, index: int, phase: str, code: int = 0, **status: Any) -> None:
-        pod = self.pods[f"g-worker-{index}"]
-        pod["status"] = {
-            "phase": phase,
-            **status,
-            "containerStatuses": [
-                {"name": CONTAINER_NAME, "state": {"terminated": {"exitCode": code}}}
-            ],
-        }
-
-    @property
-    def status(self) -> dict[str, Any]:
-        return self.job.get("status") or {}
-
-    def condition(self, type_: str) -> dict[str, Any]:
-        return next(c for c in self.status["conditions"] if c["type"] == type_)
-
-
-def running_world(**run_policy: Any) -> World:
-    w = World(job(**run_policy))
-    w.step()  # create gated pods
-    assert len(w.pods) == 2 and all(p["spec"]["schedulingGates"] for p in w.pods.values())
-    w.step()  # all exist: lift the gates
-    w.schedule_and_run()
-    w.step()
-    assert w.status["phase"] == "Running"
-    return w
+from tests.support.world import PLAN, JobWorld, running_world
+from tests.support.world import gan_job as job
 
 
 def test_gang_created_gated_then_released() -> None:
-    w = World(job())
+    w = JobWorld(job())
     d = w.step()
     assert [o["metadata"]["name"] for o in d.create] == ["g-worker-0", "g-worker-1"]
     assert d.lift_gates == []
@@ -168,7 +48,7 @@ def test_gang_created_gated_then_released() -> None:
 
 
 def test_partial_gang_is_completed_without_replanning() -> None:
-    w = World(job())
+    w = JobWorld(job())
     w.step()
     del w.pods["g-worker-1"]  # the operator died after creating one pod
     d = w.step()
@@ -220,9 +100,9 @@ def test_disruptions_count_as_preemptions(how: str) -> None:
     w = running_world(backoffLimit=0)
     pod = w.pods["g-worker-1"]
     if how == "node_gone":
-        del w.nodes["n1"]
-    elif how == "node_notready":
-        w.nodes["n1"] = False
+        w.drop_node("n1")
+    elif how == "node_notready":  # past its grace
+        w.not_ready("n1", w.now - timedelta(seconds=NOT_READY_GRACE_SECONDS + 1))
     elif how == "disruption_target":
         pod["status"]["conditions"] = [
             {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
@@ -280,14 +160,14 @@ def test_a_termination_message_not_from_the_trainer_is_ignored(message: str) -> 
 
 def test_max_preemptions() -> None:
     w = running_world(maxPreemptions=0)
-    del w.nodes["n1"]
+    w.drop_node("n1")
     w.step()
     assert w.status["phase"] == "Failed"
     assert w.condition("Failed")["reason"] == "MaxPreemptionsExceeded"
 
 
 def test_unschedulable_then_runs_when_capacity_appears() -> None:
-    w = World(job(), plan=Plan(False, strategy="multi-worker", reason="need 2 node(s) with 8"))
+    w = JobWorld(job(), plan=Plan(False, strategy="multi-worker", reason="need 2 node(s) with 8"))
     d = w.step()
     assert w.status["phase"] == "Pending" and not d.create
     assert w.condition("Unschedulable") == {
@@ -317,7 +197,7 @@ def test_a_waiting_job_is_not_rewritten_when_only_the_counts_change() -> None:
             f"free GPUs [0, {eligible % 8}]. Skipped nodes: {skipped}: not ready.",
         )
 
-    w = World(job(), plan=no_fit(356, "p0-00360"))
+    w = JobWorld(job(), plan=no_fit(356, "p0-00360"))
     first = w.step()
     assert first.events and first.status is not None
     w.plan = no_fit(331, "p0-00328")
@@ -386,7 +266,7 @@ def test_restart_is_recorded_before_deletion_and_survives_operator_restart() -> 
 def test_invalid_spec_fails_the_job_with_the_field() -> None:
     j = job()
     j["spec"]["training"] = {"epochs": 0}
-    d = reconcile(snapshot(j, [], NODES, T0))
+    d = reconcile(JobWorld(j).snapshot())
     assert d.status is not None and d.status["phase"] == "Failed"
     assert "spec.training.epochs" in d.status["conditions"][-1]["message"]
 
@@ -407,13 +287,13 @@ def test_classify_pending_detail() -> None:
             ],
         },
     }
-    w = classify(pod, NODES)
+    w = classify(pod, {"n0": True, "n1": True, "n2": True})
     assert w.outcome == Outcome.pending and w.detail == "Unschedulable: 0/3 nodes are available"
 
 
 def test_a_gang_of_one_starts_ungated_with_one_status_write() -> None:
     one = Plan(True, workers=1, gpus_per_worker=8, strategy="mirrored", nodes=("n0",))
-    w = World(job(), plan=one)
+    w = JobWorld(job(), plan=one)
     d = w.step()
     assert [o["spec"].get("schedulingGates") for o in d.create if o["kind"] == "Pod"] == [None]
     assert "gated" not in w.condition("Created")["message"]
@@ -428,7 +308,7 @@ def test_a_released_gang_the_scheduler_has_not_reached_yet_writes_nothing() -> N
     """After the gates are lifted the pods keep PodScheduled=False/SchedulingGated until the
     scheduler gets to them: that is the operator's own gate, not a reason to wait, and must
     not cost every new gang an extra status write and an Unschedulable flip."""
-    w = World(job())
+    w = JobWorld(job())
     w.step()
     w.step()  # gates lifted
     for pod in w.pods.values():
@@ -449,20 +329,16 @@ def test_a_released_gang_the_scheduler_has_not_reached_yet_writes_nothing() -> N
 
 
 def test_progress_and_last_checkpoint_from_worker_0() -> None:
-    from kubegan_operator.foundation.progress import ProgressUpdate
-
     w = running_world()
     update = ProgressUpdate(epoch=7, last_epoch_seconds=115.04, checkpoint=(7, 0, 1.8e9))
     w.now += timedelta(seconds=1)
-    d = reconcile(snapshot(w.job, list(w.pods.values()), w.nodes, w.now, progress=update))
+    d = reconcile(w.snapshot(progress=update))
     assert d.status is not None
     assert d.status["progress"] == {"epoch": 7, "epochs": 60, "lastEpochSeconds": 115.04}
     assert d.status["lastCheckpoint"] == {"epoch": 7, "step": 0, "time": "2027-01-15T08:00:00Z"}
 
 
 def test_a_finished_job_shows_its_last_epoch_even_if_the_last_read_was_earlier() -> None:
-    from kubegan_operator.foundation.progress import ProgressUpdate
-
     w = running_world()
     d = w.step(progress=ProgressUpdate(epoch=59, last_epoch_seconds=100.0, checkpoint=None))
     assert d.status is not None and d.status["progress"]["epoch"] == 59
@@ -485,27 +361,25 @@ def test_a_vanished_worker_of_a_released_gang_restarts_the_gang() -> None:
 def test_suspend_then_resume_counts_no_failure() -> None:
     w = running_world(backoffLimit=0)
     w.job["spec"]["runPolicy"]["suspend"] = True
+    suspended = copy.deepcopy(w.pods)
     d = w.step()
     deleted = [n for n, _ in d.delete_pods]
     assert sorted(deleted) == ["g-worker-0", "g-worker-1"]
-    # The workers die slowly with SIGTERM's 143 while already resumed.
-    w.pods = {}
+    # The workers die slowly with SIGTERM's 143 while already resumed: the suspended
+    # attempt's pods are still there, being deleted, when the job is resumed ...
+    for p in suspended.values():
+        p["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:04Z"
+    w.pods = suspended
     w.job["spec"]["runPolicy"]["suspend"] = False
     w.step()
-    stale = World(job())  # a pod of the suspended attempt, ending with 143 while terminating
-    stale.step()
-    old = copy.deepcopy(next(iter(stale.pods.values())))
-    old["metadata"]["labels"][ATTEMPT_LABEL] = "0"
-    old["status"] = {
-        "phase": "Failed",
-        "containerStatuses": [
-            {"name": CONTAINER_NAME, "state": {"terminated": {"exitCode": EXIT_INTERRUPTED}}}
-        ],
-    }
-    old["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:09Z"
-    w.pods["old"] = old
+    for i in range(2):  # ... and end with 143 while terminating
+        w.end(i, "Failed", code=EXIT_INTERRUPTED)
     w.step()
     assert w.status["restarts"] == 0 and w.status["phase"] != "Failed"
+    w.pods = {}  # gone: the resumed job starts its gang, still with no failure counted
+    d = w.step()
+    assert len(d.create) == 2
+    assert w.status["restarts"] == 0 and w.status["phase"] == "Pending"
 
 
 def test_other_workers_finishing_first_keeps_the_job_running() -> None:
@@ -519,7 +393,7 @@ def test_other_workers_finishing_first_keeps_the_job_running() -> None:
 
 
 def test_a_gang_the_scheduler_cannot_bind_is_planned_again() -> None:
-    w = World(job())
+    w = JobWorld(job())
     w.step()
     w.step()  # gates lifted
     for pod in w.pods.values():  # the scheduler cannot place them (capacity went elsewhere)

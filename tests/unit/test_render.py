@@ -16,7 +16,7 @@ from kubegan_operator.placement.planner import Plan, plan
 from kubegan_operator.placement.render import render_all
 from kubegan_trainer import contract
 
-from tests.unit.nodes import node
+from tests.support.world import node
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -14,12 +14,10 @@ from kubegan_operator.foundation.topology import NodeInfo, node_capacity
 from kubegan_operator.placement.planner import Plan
 from kubegan_operator.placement.render import render_pod
 from kubegan_operator.placement.replan import PinnedWorker, unbindable
-from kubegan_operator.runtime import cache
 from kubegan_trainer.contract import PLANNED_NODE_ANNOTATION
 
-from tests.unit.cache_world import Indexes, pod_body
-from tests.unit.nodes import node
-from tests.unit.test_reconcile import PLAN, T0, World, job
+from tests.support.world import PLAN, T0, Indexes, JobWorld, node, pod_body
+from tests.support.world import gan_job as job
 
 GPUS = {"nvidia.com/gpu": Decimal(8)}
 
@@ -62,16 +60,7 @@ def test_an_unreadable_node_is_left_to_the_timer() -> None:
 
 def test_the_view_counts_only_pods_bound_by_other_jobs() -> None:
     idx = Indexes()
-    view = cache.View(
-        jobs=idx.jobs,
-        nodes=idx.nodes,
-        usage=idx.usage,
-        job_pods=idx.job_pods,
-        services=idx.services,
-        config_maps=idx.config_maps,
-        expectations=cache.Expectations(),
-        capacity=idx.capacity,
-    )
+    view = idx.view()
     key = ("ns", "g")
     idx.add_node(node("n0"))
     mine = pod_body("g", 0)
@@ -110,12 +99,13 @@ def test_workers_are_pinned_to_their_planned_nodes() -> None:
 
 
 def test_a_released_gang_whose_node_went_away_is_planned_again_at_once() -> None:
-    w = World(job())
+    w = JobWorld(job())
     w.step()
     w.step()  # gates lifted
     d = w.step(1)  # waiting for the scheduler, nothing wrong yet
     assert w.status["attempt"] == 0 and not d.delete_pods
-    d = w.step(unbindable="g-worker-1: its planned node n1 is gone")
+    w.drop_node("n1")  # the sync's view says why: g-worker-1's planned node is gone
+    d = w.step()
     assert w.status["attempt"] == 1
     assert w.condition("Unschedulable")["reason"] == "Replanning"
     assert "n1 is gone" in w.condition("Unschedulable")["message"]
@@ -127,9 +117,11 @@ def test_a_released_gang_whose_node_went_away_is_planned_again_at_once() -> None
 
 
 def test_a_gang_not_released_yet_is_not_replanned() -> None:
-    w = World(job())
+    w = JobWorld(job())
     w.step()  # created, gated: the release lifts the gates first
-    d = w.step(unbindable="g-worker-1: its planned node n1 is gone")
+    w.drop_node("n1")
+    assert w.snapshot().unbindable == "g-worker-1: its planned node n1 is gone"
+    d = w.step()
     assert sorted(d.lift_gates) == ["g-worker-0", "g-worker-1"]
     assert w.status["attempt"] == 0
 
@@ -138,7 +130,7 @@ def test_a_release_whose_status_write_was_lost_is_recorded_from_the_pods() -> No
     """The gates go out with the release's status write; if that write is lost (409, or the
     operator died), the ungated pods say the gang was released, and a vanished worker then
     restarts the whole gang rather than being replaced alone."""
-    w = World(job())
+    w = JobWorld(job())
     w.step()
     w.step()  # gates lifted, release recorded ...
     lost = w.status
@@ -156,7 +148,7 @@ def test_creates_cut_short_are_finished_not_counted_as_a_vanished_worker() -> No
     dies between it and the last create, the gang is still gated: the missing worker is
     created, nobody is counted as preempted. Once a gate is lifted, a missing worker is a
     vanished one and restarts the gang."""
-    w = World(job())
+    w = JobWorld(job())
     w.step()
     assert w.status["releasedAttempt"] == 0
     del w.pods["g-worker-1"]  # never created: the operator died first

@@ -1,6 +1,6 @@
 """`Decision.requeue_after`: what only time changes is scheduled per job (issue 13), so the
-operator needs no periodic reconcile of every job. Driven through the simulator world of
-test_reconcile."""
+operator needs no periodic reconcile of every job. Driven through the one job's world of
+tests/support/world.py, as test_reconcile is."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from kubegan_operator.decide.reconcile import COST_ACCRUAL_SECONDS, REPLAN_AFTER_SECONDS
 from kubegan_operator.placement.planner import Plan
 
-from tests.unit.test_reconcile import World, job, running_world
+from tests.support.world import JobWorld, running_world
+from tests.support.world import gan_job as job
 
 
 def test_a_running_job_comes_back_when_cost_is_due() -> None:
@@ -29,7 +30,7 @@ def test_the_active_deadline_wins_when_it_is_sooner() -> None:
 
 
 def test_a_gang_waiting_for_the_scheduler_comes_back_to_replan() -> None:
-    w = World(job())
+    w = JobWorld(job())
     w.step()  # created; the release is recorded with it (its gates go next)
     w.step()  # released
     for pod in w.pods.values():
@@ -42,10 +43,10 @@ def test_a_gang_waiting_for_the_scheduler_comes_back_to_replan() -> None:
 
 
 def test_waiting_on_events_alone_schedules_nothing() -> None:
-    w = World(job())
+    w = JobWorld(job())
     d = w.step()  # gated workers created: their watch events bring the next reconcile
     assert d.create and d.requeue_after is None
-    unfit = World(job(), plan=Plan(False, reason="no fit"))
+    unfit = JobWorld(job(), plan=Plan(False, reason="no fit"))
     d = unfit.step()  # unschedulable: node and pod events bring the next try
     assert unfit.status["phase"] == "Pending" and d.requeue_after is None
 

@@ -14,7 +14,7 @@ from kubegan_operator.entry.cli import main
 from kubegan_operator.foundation.topology import parse_quantity
 from kubegan_trainer.cluster_env import visible_gpus
 
-from tests.unit.nodes import node
+from tests.support.world import node
 
 ROOT = Path(__file__).resolve().parents[2]
 GAN3D = str(ROOT / "examples" / "gan3d-gke-v100-spot.yaml")
