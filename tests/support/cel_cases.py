@@ -189,6 +189,29 @@ CASES: tuple[CelCase, ...] = (
     ),
     # ---- spec.training, spec.model, spec.data, spec.monitoring --------------------------------
     CelCase(
+        "spec.checkpoint.uri",
+        "claimName and uri cannot both be set: checkpoints go to a volume or to a bucket",
+        refused=(_spec(checkpoint={"claimName": "ckpts", "uri": "s3://bucket/job"}),),
+        accepted=(
+            _spec(checkpoint={"claimName": None, "uri": "gs://bucket/job"}),
+            _spec(checkpoint={"claimName": "ckpts", "uri": ""}),
+        ),
+    ),
+    CelCase(
+        "spec.checkpoint.endpoint",
+        "endpoint is only for s3:// URIs",
+        refused=(
+            _spec(
+                checkpoint={"claimName": None, "uri": "gs://bucket/p", "endpoint": "http://x:9000"}
+            ),
+        ),
+        accepted=(
+            _spec(
+                checkpoint={"claimName": None, "uri": "s3://bucket/p", "endpoint": "http://x:9000"}
+            ),
+        ),
+    ),
+    CelCase(
         "spec.training.zero",
         "zero requires framework pytorch",
         refused=(_spec(training={"zero": True}),),

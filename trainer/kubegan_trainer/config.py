@@ -106,6 +106,10 @@ SOURCES_BY_MODEL: dict[ModelName, frozenset[DataSource]] = {
 # A PersistentVolumeClaim name (DNS-1123 subdomain), or empty for none.
 CLAIM_NAME_PATTERN = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENTRYPOINT_PATTERN = r"^$|^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+# A bucket URI (issue 26): scheme, then a bucket or container name as the three clouds allow
+# them, then an optional prefix (the trainer's objstore.parse_uri checks the same).
+BUCKET_URI_PATTERN = r"^$|^(s3|gs|az)://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/[^\s]*)?$"
+ENDPOINT_PATTERN = r"^$|^https?://[^\s/]+(/[^\s]*)?$"
 
 
 class ModelSpec(ApiModel):
@@ -243,6 +247,22 @@ class CheckpointSpec(ApiModel):
         max_length=253,
         pattern=CLAIM_NAME_PATTERN,
         description=f"PVC mounted at {CHECKPOINT_ROOT}; empty means no resume across pods.",
+    )
+    uri: str = Field(
+        default="",
+        max_length=1024,
+        pattern=BUCKET_URI_PATTERN,
+        description=(
+            "Checkpoints in a bucket instead of a claim: s3://bucket/prefix, "
+            "gs://bucket/prefix or az://container/prefix. Credentials come from the pod's "
+            "identity or environment, never from the spec."
+        ),
+    )
+    endpoint: str = Field(
+        default="",
+        max_length=1024,
+        pattern=ENDPOINT_PATTERN,
+        description="An S3-compatible store's endpoint (s3:// URIs only).",
     )
     interval_epochs: int = Field(default=1, ge=1, le=INT64_MAX)
     interval_minutes: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(

@@ -411,6 +411,18 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
         ),
     ),
     CrossFieldRule(
+        ".checkpoint.uri",
+        "claimName and uri cannot both be set: checkpoints go to a volume or to a bucket",
+        "self.checkpoint.claimName == '' || self.checkpoint.uri == ''",
+        lambda s: s.checkpoint.claim_name == "" or s.checkpoint.uri == "",
+    ),
+    CrossFieldRule(
+        ".checkpoint.endpoint",
+        "endpoint is only for s3:// URIs",
+        "self.checkpoint.endpoint == '' || self.checkpoint.uri.startsWith('s3://')",
+        lambda s: s.checkpoint.endpoint == "" or s.checkpoint.uri.startswith("s3://"),
+    ),
+    CrossFieldRule(
         ".training.zero",
         f"zero requires framework {Framework.pytorch}",
         f"!self.training.zero || self.framework == '{Framework.pytorch}'",
