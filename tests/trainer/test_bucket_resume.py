@@ -89,9 +89,10 @@ def test_tensorflow_stops_then_resumes_from_the_bucket_in_a_new_folder(
 def test_kubegan_run_with_a_bucket_resumes_in_a_new_output_folder(
     s3: S3Server, tmp_path: Path
 ) -> None:
-    """`kubegan run` passes the bucket through to its workers: a run into a new `--output`
-    finds the finished job's checkpoint in the bucket, not in any folder."""
+    """A job whose `spec.checkpoint.uri` names a bucket: a `kubegan run` into a new
+    `--output` finds the finished job's checkpoint in the bucket, not in any folder."""
     env, uri = _bucket_env(s3)
+    del env[ENV_CHECKPOINT_URI]  # from the job's spec this time
     job = {
         "apiVersion": "kubegan.io/v1alpha1",
         "kind": "GANTrainingJob",
@@ -102,6 +103,7 @@ def test_kubegan_run_with_a_bucket_resumes_in_a_new_output_folder(
             "data": {"source": "digits"},
             "training": {"epochs": 2, "batchSizePerReplica": 8, "stepsPerEpoch": 2},
             "resources": {"workers": 1, "gpusPerWorker": 0},
+            "checkpoint": {"uri": uri},
             "monitoring": {"metricsPort": 19651},
         },
     }

@@ -238,3 +238,24 @@ def test_local_copy_kept_until_committed_and_lost_work_reported(
     outcome = store.finish(0.5)
     assert outcome.committed == Position(1, 0) and outcome.lost_from == Position(2, 0)
     assert os.path.isdir(tmp_path / "ckpt-000002-00000000")
+
+
+def test_the_jobs_spec_names_the_bucket_and_its_endpoint(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spec.checkpoint.uri and .endpoint reach the store when the pod's variables are unset;
+    the pod's own variables win."""
+    from kubegan_trainer.config import CheckpointSpec
+
+    for key, value in s3.env().items():
+        if key != ENV_AWS_ENDPOINT_URL:
+            monkeypatch.setenv(key, value)
+    monkeypatch.delenv(ENV_AWS_ENDPOINT_URL, raising=False)
+    spec = CheckpointSpec(uri=f"s3://{s3.make_bucket()}/from-spec", endpoint=s3.endpoint)
+    store = open_checkpoint_store(tmp_path / "a", 3, spec=spec, environ={})
+    assert isinstance(store, BucketBackedStore) and str(store.bucket.uri).endswith("/from-spec")
+    _save(store, Position(1, 0))
+    assert store.finish(30).committed == Position(1, 0)
+    other = f"s3://{s3.make_bucket()}/from-env"
+    env = {ENV_CHECKPOINT_URI: other}
+    assert str(open_checkpoint_store(tmp_path / "b", 3, spec=spec, environ=env).bucket.uri) == other

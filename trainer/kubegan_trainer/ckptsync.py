@@ -19,13 +19,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubegan_trainer import objstore, termination
 from kubegan_trainer.bucketckpt import BucketCheckpoints, CommitRefused, Remote
 from kubegan_trainer.checkpoint import CheckpointRef, CheckpointStore, Position, checkpoint_name
+from kubegan_trainer.config import CheckpointSpec
 from kubegan_trainer.contract import ENV_CHECKPOINT_URI
 from kubegan_trainer.errors import TrainerError
 
@@ -50,15 +51,20 @@ def open_checkpoint_store(
     keep: int,
     warn: Callable[[str], None] | None = None,
     writer: bool = True,
-    environ: dict[str, str] | None = None,
+    spec: CheckpointSpec | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> CheckpointStore:
-    """The folder's store, or a BucketBackedStore when the job names a bucket."""
+    """The folder's store, or a BucketBackedStore when the job names a bucket: the pod's
+    `ENV_CHECKPOINT_URI` (and endpoint) first, else the job's `spec.checkpoint.uri` (and
+    `.endpoint`), which is how `kubegan run` of a job with a bucket gets there."""
     e = os.environ if environ is None else environ
-    uri = e.get(ENV_CHECKPOINT_URI, "")
+    uri = e.get(ENV_CHECKPOINT_URI) or (spec.uri if spec else "")
     if not uri:
         return CheckpointStore(root, keep, warn=warn, writer=writer)
-    parsed = objstore.parse_uri(uri, ENV_CHECKPOINT_URI)
-    bucket = BucketCheckpoints(objstore.open_store(parsed), parsed, warn=warn)
+    field = ENV_CHECKPOINT_URI if e.get(ENV_CHECKPOINT_URI) else "spec.checkpoint.uri"
+    parsed = objstore.parse_uri(uri, field)
+    endpoint = objstore.endpoint_override(e) or (spec.endpoint if spec else "") or None
+    bucket = BucketCheckpoints(objstore.open_store(parsed, endpoint), parsed, warn=warn)
     return BucketBackedStore(root, keep, bucket, warn=warn, writer=writer)
 
 

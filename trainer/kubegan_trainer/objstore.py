@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -85,7 +85,7 @@ def parse_uri(uri: str, what: str) -> BucketUri:
     return BucketUri(scheme, bucket, prefix)
 
 
-def endpoint_override(environ: dict[str, str] | None = None) -> str | None:
+def endpoint_override(environ: Mapping[str, str] | None = None) -> str | None:
     """The S3-compatible endpoint asked for, if any (ours first, then the AWS tools')."""
     e = os.environ if environ is None else environ
     return e.get(ENV_CHECKPOINT_ENDPOINT) or e.get(ENV_AWS_ENDPOINT_URL) or None

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from kubegan_trainer.checkpoint import CheckpointRef, CheckpointStore, Position
 from kubegan_trainer.ckptsync import open_checkpoint_store
+from kubegan_trainer.config import CheckpointSpec
 from kubegan_trainer.errors import TrainerError
 
 log = logging.getLogger("kubegan_trainer")
@@ -35,13 +36,18 @@ STATE_PREFIX = "state"
 
 class TfCheckpoints:
     def __init__(
-        self, directory: Path, keep: int, checkpoint: tf.train.Checkpoint, worker_index: int
+        self,
+        directory: Path,
+        keep: int,
+        checkpoint: tf.train.Checkpoint,
+        worker_index: int,
+        spec: CheckpointSpec | None = None,
     ) -> None:
         self.chief = worker_index == 0
         self.checkpoint = checkpoint
         # The folder, or the folder as the local copy of the job's bucket (ckptsync).
         self.store: CheckpointStore = open_checkpoint_store(
-            Path(directory), keep, warn=log.warning, writer=self.chief
+            Path(directory), keep, warn=log.warning, writer=self.chief, spec=spec
         )
         self.scratch = Path(directory) / f".worker-{worker_index}-scratch"
 

@@ -125,7 +125,11 @@ class TfGanTrainer:
             **self.state,
         )
         self.ckpts = TfCheckpoints(
-            Path(env.checkpoint_dir), config.checkpoint.keep, self.checkpoint, info.worker_index
+            Path(env.checkpoint_dir),
+            config.checkpoint.keep,
+            self.checkpoint,
+            info.worker_index,
+            config.checkpoint,
         )
         self._reclaim_pending = False
         self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order

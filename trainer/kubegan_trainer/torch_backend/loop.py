@@ -108,10 +108,11 @@ class GanTrainer:
         self._plan_data(dataset)
         self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
         # Rank 0 writes checkpoints (and talks to the bucket, if the job names one).
+        root, keep = Path(env.checkpoint_dir), config.checkpoint.keep
         self.store = (
-            open_checkpoint_store(Path(env.checkpoint_dir), config.checkpoint.keep, log.warning)
+            open_checkpoint_store(root, keep, log.warning, spec=config.checkpoint)
             if self.rank0
-            else CheckpointStore(Path(env.checkpoint_dir), config.checkpoint.keep, log.warning)
+            else CheckpointStore(root, keep, log.warning)
         )
 
     # ---- set-up helpers ----------------------------------------------------------------
