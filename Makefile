@@ -89,6 +89,10 @@ bench-operator: install
 # Spot reclaim on real nodes, measured: its own control plane and 3 real nodes (bench/README.md).
 bench-preemption: install images
 	nice -n 10 $(PY) bench/e2e_preemption.py --runs 3
+# Checkpoints in a bucket and datasets by shard, measured on a local S3 server (bench/README.md).
+.PHONY: bench-object-store
+bench-object-store: $(VENV)/.installed
+	nice -n 10 $(PY) bench/object_store.py --runs 3
 
 # --- local control plane (hack/README.md) ---
 .PHONY: cluster-binaries
