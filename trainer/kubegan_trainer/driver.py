@@ -40,7 +40,7 @@ from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule
 from kubegan_trainer.quality import Quality, quality_for
 from kubegan_trainer.reporting import Reporter
-from kubegan_trainer.samples import SAMPLE_COUNT, save_samples
+from kubegan_trainer.samples import sample_count, save_samples
 from kubegan_trainer.signals import StopFlag
 
 log = logging.getLogger("kubegan_trainer")
@@ -286,8 +286,10 @@ class Driver:
 
     def render_samples(self, epoch: int) -> Path:
         """Chief: samples/epoch-NNNN.png from fixed real inputs and fixed noise."""
-        real = self.b.real_examples(SAMPLE_COUNT[self.b.data_kind])
+        kind = self.b.data_kind
+        real = self.b.real_examples(sample_count(kind, "label" in self.b.real_examples(1)))
         fake = self.b.generate(real, self.config.training.seed + SAMPLE_SEED_OFFSET)
         path = self.output / "samples" / f"epoch-{epoch:04d}.png"
-        save_samples(path, self.b.data_kind, real, fake.images, caption=f"epoch {epoch}")
+        labels = fake.inputs.get("label") if kind == "images" else None
+        save_samples(path, kind, real, fake.images, caption=f"epoch {epoch}", labels=labels)
         return path

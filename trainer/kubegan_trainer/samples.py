@@ -12,19 +12,49 @@ from PIL import Image, ImageDraw
 from kubegan_trainer.data.showers import longitudinal_profile, transverse_profile
 
 SAMPLE_COUNT = {"images": 64, "paired": 4, "showers": 32}  # per data kind, per epoch
+# A conditional model's grid has one row per class, CLASS_ROW samples each. The labels asked
+# for are drawn at random by the model, so CLASS_POOL are generated to fill every row: with 10
+# classes a row falls short with probability ~5e-4 (binomial(200, 0.1) < 8); a short row is
+# left blank at its end rather than showing another class.
+CLASS_ROW = 8
+CLASS_POOL = 200
+
+
+def sample_count(kind: str, real_has_labels: bool) -> int:
+    """How many samples to generate: a labelled image set draws a pool for the class rows."""
+    return CLASS_POOL if kind == "images" and real_has_labels else SAMPLE_COUNT[kind]
 
 
 def save_samples(
-    path: Path, kind: str, real: dict[str, np.ndarray], fake: np.ndarray, caption: str = ""
+    path: Path,
+    kind: str,
+    real: dict[str, np.ndarray],
+    fake: np.ndarray,
+    caption: str = "",
+    labels: np.ndarray | None = None,
 ) -> None:
-    """One epoch's samples as a PNG: image grid, pix2pix rows input | generated | target,
-    or gan3d's shower profiles of data against generated showers (channels first)."""
+    """One epoch's samples as a PNG: image grid (one row per class when the generator was
+    asked for `labels`), pix2pix rows input | generated | target, or gan3d's shower
+    profiles of data against generated showers (channels first)."""
     if kind == "paired":
         save_paired_grid(path, real["a"], fake, real["b"])
     elif kind == "showers":
         save_shower_plot(path, real["image"], fake, caption=caption)
+    elif labels is not None:
+        _atomic_save(class_rows_grid(fake, labels), path)
     else:
-        save_image_grid(path, fake, ncol=8)
+        save_image_grid(path, fake[: SAMPLE_COUNT["images"]], ncol=8)
+
+
+def class_rows_grid(images: np.ndarray, labels: np.ndarray, ncol: int = CLASS_ROW) -> Image.Image:
+    """Row k holds the first `ncol` samples asked to be class k (classes 0..max label), so a
+    conditional generator's obedience shows at a glance; missing cells stay blank (-1)."""
+    classes = int(labels.max()) + 1
+    cells = np.full((classes * ncol, *images.shape[1:]), -1.0, dtype=images.dtype)
+    for k in range(classes):
+        mine = images[labels == k][:ncol]
+        cells[k * ncol : k * ncol + len(mine)] = mine
+    return image_grid(cells, ncol=ncol)
 
 
 def _to_uint8(images: np.ndarray) -> np.ndarray:
