@@ -121,6 +121,28 @@ def test_a_pools_free_node_is_used_and_only_the_rest_is_added() -> None:
     assert p.feasible and (p.nodes, p.new_nodes) == (("a100-node-1",), 1)
 
 
+def test_no_worker_of_a_scale_up_is_pinned_by_field() -> None:
+    """Karpenter refuses pods whose affinity has matchFields: a gang waiting for it is pinned
+    to the pool only, even the workers planned on the pool's free node."""
+    existing = node(
+        "a100-node-1", 8, accelerator="nvidia-tesla-a100", pool="a100-spot", spot=True,
+        taints=[GPU_TAINT],
+    )  # fmt: skip
+    job = GANTrainingJob.model_validate(
+        {
+            "apiVersion": "kubegan.io/v1alpha1",
+            "kind": "GANTrainingJob",
+            "metadata": {"name": "g", "namespace": "ml"},
+            "spec": spec(workers=2, gpusPerWorker=8).model_dump(by_alias=True),
+        }
+    )
+    p = plan(job.spec, build_inventory([existing]), pools=[template(nodepool())])
+    assert p.nodes == ("a100-node-1",) and p.new_nodes == 1
+    pods = [render_pod(job, p, i) for i in range(p.workers)]
+    assert len(pods) == 2
+    assert "matchFields" not in str(pods)
+
+
 def test_spot_pools_first_then_the_cheaper() -> None:
     pools = [
         template(nodepool("a100-od", capacity="on-demand")),

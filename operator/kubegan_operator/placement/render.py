@@ -193,6 +193,11 @@ def node_affinity(job: GANTrainingJob, plan: Plan, node: str | None = None) -> d
 
 
 def _planned_node(plan: Plan, index: int) -> str | None:
+    """The node worker `index` is pinned to; none while the plan waits for an autoscaler:
+    Karpenter refuses to provision for a pod whose affinity names nodes by field (and its
+    peers may take the existing free nodes of the pool as well as any)."""
+    if plan.waits_for_capacity():
+        return None
     return plan.nodes[index] if index < len(plan.nodes) else None
 
 
