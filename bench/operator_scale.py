@@ -6,16 +6,22 @@ A benchmark, not a test (pytest does not collect it). It
    own, so a cluster test's operator cannot reconcile the benchmark's jobs and its numbers
    are not mixed with the tests' traffic),
 2. creates `--nodes` KWOK nodes with 8 GPUs each in `--pools` pools (every other pool spot),
-3. starts `kubegan operator` as its own user, `kubegan-bench-operator`, with two
+3. (the baseline, unless `--baseline none`) creates the same jobs at once as batch/v1
+   Indexed Jobs (completions = parallelism = workers, kubegan's worker pod as the template,
+   the pool and shape of kubegan's plan), which Kubernetes' own Job controller and the
+   default scheduler create and bind; measures bound alike with the same watcher, counts
+   the Job controller's requests as step 4 counts the operator's, and removes them again,
+4. starts `kubegan operator` as its own user, `kubegan-bench-operator`, with two
    FlowSchemas for that user (one for LIST, one for everything else), so the apiserver's
    own `apiserver_flowcontrol_dispatched_requests_total` counts the operator's requests
    apart from the scheduler's, KWOK's and this script's,
-4. applies `--jobs` jobs of 8-32 GPUs at once and measures bound = applied -> all of the
+5. applies `--jobs` jobs of 8-32 GPUs at once and measures bound = applied -> all of the
    job's workers bound by the scheduler,
-5. waits `--steady` seconds with nothing changing and counts the operator's LISTs,
-6. deletes `--delete-nodes` nodes that run workers and measures rebound = node deleted ->
+6. waits `--steady` seconds with nothing changing and counts the operator's LISTs,
+7. deletes `--delete-nodes` nodes that run workers and measures rebound = node deleted ->
    every worker of the job's next gang bound,
-7. reads the operator's peak RSS (VmHWM) and prints a table and one summary line.
+8. reads the operator's peak RSS (VmHWM) and prints a table and one summary line, then
+   the baseline's table, its line and kubegan's bound p50/p99 over the baseline's.
 
 It also times the pure `plan()` at 1000 and 5000 nodes (`--plan-only` runs only that).
 
@@ -48,7 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "operator"), str(ROOT / "trainer")]
 
-from kubegan_operator.api.spec import GANTrainingJobSpec  # noqa: E402
+from kubegan_operator.api.spec import GANTrainingJob, GANTrainingJobSpec  # noqa: E402
 from kubegan_operator.foundation.topology import (  # noqa: E402
     PodUsage,
     assemble_inventory,
@@ -56,9 +62,15 @@ from kubegan_operator.foundation.topology import (  # noqa: E402
     node_capacity,
     pod_usage,
 )
-from kubegan_operator.placement.planner import plan  # noqa: E402
+from kubegan_operator.placement.planner import Plan, plan  # noqa: E402
+from kubegan_operator.placement.render import node_affinity, render_pod  # noqa: E402
 from kubegan_operator.runtime.cache import FreeCapacity, index_node  # noqa: E402
-from kubegan_trainer.contract import ATTEMPT_LABEL, ENV_NUM_WORKERS, JOB_NAME_LABEL  # noqa: E402
+from kubegan_trainer.contract import (  # noqa: E402
+    ATTEMPT_LABEL,
+    ENV_NUM_WORKERS,
+    JOB_NAME_LABEL,
+    WORKER_INDEX_LABEL,
+)
 from kubegan_trainer.ports import reserve_ports  # noqa: E402
 
 from tests.support.control_plane import cluster_up  # noqa: E402
@@ -68,6 +80,12 @@ BENCH_LABEL = "kubegan.io/bench"
 OPERATOR_USER = "kubegan-bench-operator"
 FLOW_LIST = "kubegan-bench-operator-list"
 FLOW_OTHER = "kubegan-bench-operator-other"
+# The baseline: Kubernetes' own Job controller, in kube-controller-manager, which runs each
+# controller under its own service account (--use-service-account-credentials).
+BASELINE_NAMESPACE = "kubegan-bench-baseline"
+JOB_CONTROLLER_SA = {"name": "job-controller", "namespace": "kube-system"}
+FLOW_JOBCTL_LIST = "kubegan-bench-job-controller-list"
+FLOW_JOBCTL_OTHER = "kubegan-bench-job-controller-other"
 JOB_LABEL = JOB_NAME_LABEL
 GPUS_PER_NODE = 8
 # Job sizes: 8-32 GPUs, mean 12, so `--jobs N/2` fills about 75% of N nodes and a deleted
@@ -298,60 +316,58 @@ def operator_kubeconfig(c: Cluster) -> Path:
     }
     out.write_text(json.dumps(config))
     out.chmod(0o600)
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": OPERATOR_USER},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "cluster-admin",
+        },
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}
+        ],
+    }
+    # The level a non-admin user lands in anyway: measuring must not change throttling.
+    subject = {"kind": "User", "user": {"name": OPERATOR_USER}}
+    docs = [binding, *flow_schemas((FLOW_LIST, FLOW_OTHER), subject, "global-default", 50)]
+    c.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+    return out
+
+
+def flow_schemas(
+    names: tuple[str, str], subject: dict[str, Any], level: str, precedence: int
+) -> list[dict[str, Any]]:
+    """Two FlowSchemas for one client, (LIST, every other verb), so the apiserver's
+    `apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}` counts its requests
+    apart from everyone else's. `level`: the priority level the client lands in without
+    them, so that counting does not change its throttling."""
     flow = {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "FlowSchema",
         "spec": {
-            # The level a non-admin user lands in anyway: measuring must not change throttling.
-            "priorityLevelConfiguration": {"name": "global-default"},
+            "priorityLevelConfiguration": {"name": level},
             "distinguisherMethod": {"type": "ByUser"},
         },
     }
-    subject = {"kind": "User", "user": {"name": OPERATOR_USER}}
     everything = {"apiGroups": ["*"], "resources": ["*"], "clusterScope": True, "namespaces": ["*"]}
-    docs = [
+    lists = [{"subjects": [subject], "resourceRules": [{**everything, "verbs": ["list"]}]}]
+    other = [
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": OPERATOR_USER},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "cluster-admin",
-            },
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}
-            ],
-        },
-        {
-            **flow,
-            "metadata": {"name": FLOW_LIST},
-            "spec": {
-                **flow["spec"],
-                "matchingPrecedence": 50,
-                "rules": [
-                    {"subjects": [subject], "resourceRules": [{**everything, "verbs": ["list"]}]}
-                ],
-            },
-        },
-        {
-            **flow,
-            "metadata": {"name": FLOW_OTHER},
-            "spec": {
-                **flow["spec"],
-                "matchingPrecedence": 51,
-                "rules": [
-                    {
-                        "subjects": [subject],
-                        "resourceRules": [{**everything, "verbs": ["*"]}],
-                        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                    }
-                ],
-            },
-        },
+            "subjects": [subject],
+            "resourceRules": [{**everything, "verbs": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        }
     ]
-    c.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
-    return out
+    return [
+        {
+            **flow,
+            "metadata": {"name": name},
+            "spec": {**flow["spec"], "matchingPrecedence": precedence + i, "rules": rules},
+        }
+        for i, (name, rules) in enumerate(((names[0], lists), (names[1], other)))
+    ]
 
 
 @dataclass
@@ -390,20 +406,22 @@ class Counts:
 SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} ([0-9.e+-]+)$")
 
 
-def apiserver_counts(c: Cluster) -> Counts:
-    """From the apiserver's /metrics: the operator's requests by flow schema, and every
-    client's LISTs (context: the scheduler, KCM and KWOK list too)."""
+def apiserver_counts(c: Cluster, flows: tuple[str, str] = (FLOW_LIST, FLOW_OTHER)) -> Counts:
+    """From the apiserver's /metrics: the operator's requests by flow schema (or those of
+    the client that `flows`, its LIST and other-verbs FlowSchemas, count: the baseline's Job
+    controller), and every client's LISTs (context: the scheduler, KCM and KWOK list too)."""
     out = Counts()
+    flow_list, flow_other = flows
     for line in c.kubectl("get", "--raw", "/metrics").splitlines():
         m = SAMPLE.match(line)
         if not m:
             continue
         metric, labels, value = m.group(1), m.group(2), float(m.group(3))
         if metric == "apiserver_flowcontrol_dispatched_requests_total":
-            if f'flow_schema="{FLOW_LIST}"' in labels:
+            if f'flow_schema="{flow_list}"' in labels:
                 out.operator_lists += value
                 out.operator_requests += value
-            elif f'flow_schema="{FLOW_OTHER}"' in labels:
+            elif f'flow_schema="{flow_other}"' in labels:
                 out.operator_requests += value
         elif metric == "apiserver_request_total" and 'verb="LIST"' in labels:
             out.all_lists += value
@@ -419,7 +437,7 @@ def apiserver_counts(c: Cluster) -> Counts:
             key = (lab.get("verb", ""), "/".join(filter(None, what)))
             out.latency.setdefault(key, [0.0, 0.0])[metric.endswith("_count")] += value
         elif metric.startswith("apiserver_flowcontrol_request_wait_duration_seconds_") and (
-            f'flow_schema="{FLOW_LIST}"' in labels or f'flow_schema="{FLOW_OTHER}"' in labels
+            f'flow_schema="{flow_list}"' in labels or f'flow_schema="{flow_other}"' in labels
         ):
             if metric.endswith("_sum"):
                 out.apf_wait[0] += value
@@ -443,11 +461,12 @@ def cpu_seconds(pid: int) -> float:
 COMPONENTS = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
 
 
-def cpu_snapshot(c: Cluster, operator_pid: int) -> dict[str, float]:
-    """CPU seconds so far of the operator, of this script (its create threads and its
-    watcher share the machine too) and of each control-plane process: which of them the
-    machine's cores went to during a phase."""
-    out = {"operator": cpu_seconds(operator_pid), "this script": cpu_seconds(os.getpid())}
+def cpu_snapshot(c: Cluster, operator_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of the operator (None: the baseline, no operator), of this script
+    (its create threads and its watcher share the machine too) and of each control-plane
+    process: which of them the machine's cores went to during a phase."""
+    out = {} if operator_pid is None else {"operator": cpu_seconds(operator_pid)}
+    out["this script"] = cpu_seconds(os.getpid())
     for name in COMPONENTS:
         try:
             out[name] = cpu_seconds(int((c.dir / "pids" / f"{name}.pid").read_text()))
@@ -530,6 +549,7 @@ class Watcher:
     created -> gates lifted) and the scheduler's (gates lifted -> bound)."""
 
     core: Any
+    namespace: str = NAMESPACE
     pods: dict[str, PodSeen] = field(default_factory=dict)
     custom: Any = None  # CustomObjectsApi: the jobs' status says when a gang was planned
     # (job, attempt) -> when the operator's status said it planned and created that gang
@@ -543,12 +563,13 @@ class Watcher:
 
     def start(self) -> None:
         pods = lambda **kw: self.core.list_namespaced_pod(  # noqa: E731
-            NAMESPACE, label_selector=JOB_LABEL, _preload_content=False, **kw
+            self.namespace, label_selector=JOB_LABEL, _preload_content=False, **kw
         )
         threading.Thread(target=self._run, args=(pods, self._see), daemon=True).start()
         if self.custom is not None:
             jobs = lambda **kw: self.custom.list_namespaced_custom_object(  # noqa: E731
-                "kubegan.io", "v1alpha1", NAMESPACE, "gantrainingjobs", _preload_content=False,
+                "kubegan.io", "v1alpha1", self.namespace, "gantrainingjobs",
+                _preload_content=False,
                 **kw,
             )  # fmt: skip
             threading.Thread(target=self._run, args=(jobs, self._see_job), daemon=True).start()
@@ -745,6 +766,158 @@ def in_parallel(fn: Callable[[Any], Any], items: list[Any], threads: int = 8) ->
         return list(pool.map(fn, items))
 
 
+# ---- the baseline: the same burst as batch/v1 Indexed Jobs ---------------------------------
+
+
+def plan_bursts(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> list[tuple[Any, Plan]]:
+    """Each job with the plan kubegan's planner gives it when the jobs are planned one after
+    another on the empty nodes (each plan counting the workers of the ones before), as the
+    operator's free-capacity index would: the pool, the spot policy and the shape (workers x
+    GPUs per worker) that the baseline's Jobs copy."""
+    kept = FreeCapacity()
+    for body in nodes:
+        for name, entry in index_node(body).items():
+            kept.see_node(name, entry)
+    out = []
+    for body in jobs:
+        job = GANTrainingJob.model_validate(body)
+        p = plan(job.spec, kept.inventory())
+        if not p.feasible:
+            raise RuntimeError(f"{job.metadata.name}: no plan for the baseline: {p.reason}")
+        for i in range(p.workers):
+            pod = render_pod(job, p, i)
+            usage = pod_usage(pod)
+            if not isinstance(usage, PodUsage):
+                raise RuntimeError(f"{pod['metadata']['name']}: {usage}")
+            kept.see_pod((job.metadata.namespace, pod["metadata"]["name"]), usage)
+        out.append((job, p))
+    return out
+
+
+def indexed_job(job: Any, p: Plan) -> dict[str, Any]:
+    """kubegan's worker 0 of `job` as the template of a batch/v1 Indexed Job with
+    completions = parallelism = workers: the same container (image, env, GPU requests and
+    limits), volumes, tolerations, one-per-node anti-affinity and required pool/spot node
+    affinity (with the planned nodes preferred), so the scheduler sees the same pod. Left
+    out: the scheduling gate (a Job has no gang gate: each pod is scheduled as soon as the
+    Job controller creates it) and the required pin of each worker to its planned node (a
+    template is shared by all indexes; the default scheduler picks the node in the pool)."""
+    pod = render_pod(job, p, 0)
+    spec = dict(pod["spec"])
+    for key in ("schedulingGates", "hostname"):  # the Job controller names each index's host
+        spec.pop(key, None)
+    spec["affinity"] = {**spec["affinity"], "nodeAffinity": node_affinity(job, p, None)}
+    labels = {k: v for k, v in pod["metadata"]["labels"].items() if k != WORKER_INDEX_LABEL}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job.metadata.name, "namespace": BASELINE_NAMESPACE},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": p.workers,
+            "parallelism": p.workers,
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+
+
+def run_baseline(c: Cluster, api: Any, jobs: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                 timeout: float) -> dict[str, Any]:  # fmt: skip
+    """The same jobs as Indexed Jobs in their own namespace, created at once by as many
+    threads; bound = Job created -> every index's pod bound, by the same watcher. Removed
+    again (and their pods gone) before it returns, so the operator's run finds the nodes
+    empty."""
+    from kubernetes import client
+
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    bodies = [indexed_job(job, p) for job, p in plan_bursts(jobs, nodes)]
+    subject = {"kind": "ServiceAccount", "serviceAccount": JOB_CONTROLLER_SA}
+    # kube-system's service accounts land in workload-high (the suggested FlowSchema
+    # kube-system-service-accounts); the counting schemas keep them there.
+    flows = (FLOW_JOBCTL_LIST, FLOW_JOBCTL_OTHER)
+    docs = flow_schemas(flows, subject, "workload-high", 50)
+    c.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+    c.kubectl("create", "namespace", BASELINE_NAMESPACE)
+    watcher = Watcher(core, namespace=BASELINE_NAMESPACE)
+    watcher.start()
+    time.sleep(2)  # the watch's first LIST, before anything is measured
+    applied: dict[str, float] = {}
+
+    def apply(body: dict[str, Any]) -> None:
+        applied[body["metadata"]["name"]] = time.monotonic()
+        batch.create_namespaced_job(BASELINE_NAMESPACE, body, _preload_content=False)
+
+    try:
+        measured = _burst(c, watcher, bodies, apply, applied, flows, timeout)
+    finally:
+        watcher.stop.set()
+        remove_namespace(c, BASELINE_NAMESPACE, timeout)
+    return measured
+
+
+def _burst(
+    c: Cluster,
+    watcher: Watcher,
+    bodies: list[dict[str, Any]],
+    apply: Callable[[dict[str, Any]], None],
+    applied: dict[str, float],
+    flows: tuple[str, str],
+    timeout: float,
+) -> dict[str, Any]:
+    """Create every Job at once and measure as run_cluster's bound phase does."""
+    names = [b["metadata"]["name"] for b in bodies]
+    before, cpu0 = apiserver_counts(c, flows), cpu_snapshot(c, None)
+    throttled0 = client_throttling(c)
+    t = time.monotonic()
+    in_parallel(apply, bodies)
+    print(f"baseline: {len(bodies)} Indexed Jobs created in {time.monotonic() - t:.1f}s",
+          flush=True)  # fmt: skip
+    wait_until(
+        "every Indexed Job's pods bound",
+        lambda: all(watcher.bound_after(n, -1) is not None for n in names),
+        timeout,
+    )
+    bound = {n: b - applied[n] for n in names if (b := watcher.bound_after(n, -1)) is not None}
+    phases = phase_split(watcher, {n: (applied[n], -1) for n in names})
+    wall = time.monotonic() - t
+    cpu1, throttled1 = cpu_snapshot(c, None), client_throttling(c)
+    print(f"baseline: {len(bound)}/{len(names)} Indexed Jobs bound", flush=True)
+    return {
+        "bound": sorted(bound.values()),
+        "unbound": len(names) - len(bound),
+        "bound_phases": phases,
+        "bound_phase": apiserver_counts(c, flows) - before,
+        "bound_wall_s": wall,
+        "bound_cpu": {k: cpu1[k] - cpu0[k] for k in cpu0},
+        "throttled": {k: throttled1[k] - throttled0[k] for k in throttled0},
+        "pods": len(watcher.pods),
+    }
+
+
+def remove_namespace(c: Cluster, namespace: str, timeout: float) -> None:
+    """Delete `namespace` and wait until it (every Job and pod in it) is gone."""
+    c.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+    wait_until(
+        f"namespace {namespace} gone",
+        lambda: not c.kubectl("get", "namespace", namespace, "--ignore-not-found", "-o", "name"),
+        timeout,
+    )
+
+
+def burst(n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """The `n` jobs applied at once (sizes drawn from JOB_SIZES, every 4th spot: never)."""
+    sizes, weights = zip(*JOB_SIZES, strict=True)
+    return [
+        {
+            "apiVersion": "kubegan.io/v1alpha1",
+            "kind": "GANTrainingJob",
+            "metadata": {"name": f"bench-{j:05d}", "namespace": NAMESPACE},
+            "spec": job_spec(rng.choices(sizes, weights)[0], spot_never=j % 4 == 3),
+        }
+        for j in range(n)
+    ]
+
+
 def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
     from kubernetes import client, config
 
@@ -790,22 +963,21 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
         wait_until("KWOK nodes Ready", lambda: ready_nodes() == args.nodes, 600)
         print(f"{args.nodes} nodes Ready and untainted in {time.monotonic() - t:.1f}s", flush=True)
 
+        rng = random.Random(args.seed)
+        jobs = burst(args.jobs, rng)
+        # The baseline first, on the fresh nodes and before the operator runs (it would not
+        # act on Jobs, but its watches and timers would share the machine); its Jobs and pods
+        # are gone again before the operator starts.
+        baseline = None
+        if args.baseline == "indexed-job":
+            ready = [synthetic_node(i, args.pools) for i in range(args.nodes)]
+            baseline = run_baseline(c, api, jobs, ready, args.timeout)
+
         op = OperatorProcess(c, operator_kubeconfig(c), args.operator_source)
         watcher = Watcher(core, custom=custom)
         watcher.start()
         time.sleep(5)  # the operator's initial LISTs and watches, before anything is measured
 
-        rng = random.Random(args.seed)
-        sizes, weights = zip(*JOB_SIZES, strict=True)
-        jobs = [
-            {
-                "apiVersion": "kubegan.io/v1alpha1",
-                "kind": "GANTrainingJob",
-                "metadata": {"name": f"bench-{j:05d}", "namespace": NAMESPACE},
-                "spec": job_spec(rng.choices(sizes, weights)[0], spot_never=j % 4 == 3),
-            }
-            for j in range(args.jobs)
-        ]
         gpus_asked = sum(j["spec"]["resources"]["gpus"] for j in jobs)
         applied: dict[str, float] = {}
 
@@ -887,6 +1059,7 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
             "bound_wall_s": bound_wall,
             "bound_cpu": {k: cpu_bound[k] - cpu_apply[k] for k in cpu_apply},
             "rss_mib": op.peak_rss_mib(),
+            "baseline": baseline,
         }
     finally:
         if watcher is not None:
@@ -945,6 +1118,13 @@ def main() -> int:
         default=ROOT,
         help="a tree with operator/ and trainer/ to run the operator from, e.g. a `git archive`\n"
         "of an earlier commit for before/after numbers (default: this checkout)",
+    )
+    p.add_argument(
+        "--baseline",
+        choices=("indexed-job", "none"),
+        default="indexed-job",
+        help="before the operator's run, the same jobs as batch/v1 Indexed Jobs (Kubernetes'\n"
+        "own Job controller and the default scheduler), measured alike; `none`: skip it",
     )
     p.add_argument("--plan-sizes", default="1000,5000")
     p.add_argument("--plan-only", action="store_true", help="only the plan() timing table")
@@ -1025,7 +1205,52 @@ def main() -> int:
         f"operator_lists={steady.operator_lists:.0f} apiserver_requests_per_job={per_job:.1f} "
         f"rss_mib={r['rss_mib']:.0f}"
     )
+    if r["baseline"] is not None:
+        print_baseline(r["baseline"], r, pctl(bound, 50, r["jobs"]), pctl(bound, 99, r["jobs"]))
     return 0
+
+
+def print_baseline(b: dict[str, Any], r: dict[str, Any], k50: float, k99: float) -> None:
+    """The Indexed Job baseline's table, its summary line and kubegan's bound p50/p99 over
+    the built-in controller's."""
+    bound, phase = b["bound"], b["bound_phase"]
+    b50, b99 = pctl(bound, 50, r["jobs"]), pctl(bound, 99, r["jobs"])
+    per_job = phase.operator_requests / max(1, len(bound))
+    print(f"\nbaseline: the same {r['jobs']} jobs as batch/v1 Indexed Jobs "
+          f"({b['pods']} pods), the built-in Job controller, the default scheduler")  # fmt: skip
+    print("| measure | value |")
+    print("|---|---:|")
+    table = [
+        ("jobs bound / not bound", f"{len(bound)} / {b['unbound']}"),
+        ("bound p50 / p99 / max (s)",
+         f"{fmt(b50)} / {fmt(b99)} / {fmt(max(bound, default=float('nan')))}"),
+        b["bound_phases"].row("bound"),
+        ("job controller requests, create -> all bound", f"{phase.operator_requests:.0f}"),
+        ("job controller LISTs, create -> all bound", f"{phase.operator_lists:.0f}"),
+        ("apiserver mean latency, create -> all bound (all clients): create job; create pod; "
+         "update job status; bind",
+         "; ".join(phase.mean_ms(v, r) for v, r in (("POST", "jobs"), ("POST", "pods"),
+                   ("PUT", "jobs/status"), ("POST", "pods/binding")))),
+        ("apiserver requests, create -> all bound (all clients), the most frequent",
+         ", ".join(f"{v} {r} {n:.0f}" for (v, r), (_, n) in sorted(
+             (kv for kv in phase.latency.items()
+              if kv[0][0] not in ("WATCH", "LIST") and kv[1][1] > 0),
+             key=lambda kv: -kv[1][1])[:10])),
+        ("job controller's requests: mean wait in APF queues (ms)",
+         f"{1000 * phase.apf_wait[0] / max(1.0, phase.apf_wait[1]):.1f}"),
+        ("client-side throttling over 1 s logged (this phase; at most 1 per 10 s)",
+         ", ".join(f"{k} {v}" for k, v in b["throttled"].items())),
+        (f"CPU s, create -> all bound ({b['bound_wall_s']:.1f} s wall)",
+         ", ".join(f"{k} {v:.1f}" for k, v in b["bound_cpu"].items())),
+    ]  # fmt: skip
+    for k, v in table:
+        print(f"| {k} | {v} |")
+    print(
+        f"indexed-job-baseline: nodes={r['nodes']} jobs={r['jobs']} "
+        f"bound_p50_s={fmt(b50)} bound_p99_s={fmt(b99)} "
+        f"controller_requests_per_job={per_job:.1f}"
+    )
+    print(f"ratio kubegan/indexed-job bound p50={fmt(k50 / b50)} p99={fmt(k99 / b99)}")
 
 
 if __name__ == "__main__":
