@@ -246,6 +246,12 @@ class RunPolicySpec(ApiModel):
     ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
     clean_pod_policy: CleanPodPolicy = Field(default=CleanPodPolicy.running)
     suspend: bool = False
+    image_pull_timeout_seconds: int = Field(
+        default=600,
+        ge=10,
+        le=86400,
+        description="A worker whose image cannot be pulled for this long fails the job.",
+    )
 
 
 class SchedulingSpec(ApiModel):
@@ -657,3 +663,4 @@ class GANTrainingJobStatus(ApiModel):
     # in a row, and when the next may be created (the backoff).
     capacity_releases: int | None = None
     capacity_retry_at: str | None = None
+    image_pull_since: str | None = None  # when a worker's image pull was first seen failing
