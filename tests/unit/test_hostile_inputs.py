@@ -25,6 +25,7 @@ from tests.unit.hostile import ALIAS_BOMB
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits-local.yaml"
+DEMO_OPTIONS = "{imageSize: 16, ngf: 16, ndf: 16, latentDim: 64}"  # as the demo job writes them
 GAN3D = ROOT / "examples" / "gan3d-gke-v100-spot.yaml"
 TIMEOUT = 60  # a subprocess that has not answered by then hangs
 
@@ -136,7 +137,7 @@ def test_a_directory_and_a_missing_file(tmp_path: Path) -> None:
 def test_alias_bomb_in_model_options_is_refused(tmp_path: Path) -> None:
     bomb = ALIAS_BOMB.replace("\n", "\n      ")
     code, lines = validate_text(
-        tmp_path, job_text(**{"options: {imageSize: 16}": f"options:\n      {bomb}"})
+        tmp_path, job_text(**{"options: " + DEMO_OPTIONS: f"options:\n      {bomb}"})
     )
     assert code == 2 and len(lines) == 1
     assert "invalid YAML: aliases expand the document beyond" in lines[0]
@@ -161,10 +162,10 @@ def test_alias_bomb_in_a_small_node_list_and_a_price_table(tmp_path: Path) -> No
 def test_small_aliases_are_fine(tmp_path: Path) -> None:
     text = job_text(
         **{
-            "generator: {optimizer: adam, learningRate: 0.0002, beta1: 0.5}": (
-                "generator: &opt {optimizer: adam, learningRate: 0.0002, beta1: 0.5}"
+            "generator: {optimizer: adam, learningRate: 0.001, beta1: 0.5}": (
+                "generator: &opt {optimizer: adam, learningRate: 0.001, beta1: 0.5}"
             ),
-            "discriminator: {optimizer: adam, learningRate: 0.0002, beta1: 0.5}": (
+            "discriminator: {optimizer: adam, learningRate: 0.00025, beta1: 0.5}": (
                 "discriminator: *opt"
             ),
         }
@@ -174,26 +175,26 @@ def test_small_aliases_are_fine(tmp_path: Path) -> None:
 
 def test_recursive_alias(tmp_path: Path) -> None:
     code, lines = validate_text(
-        tmp_path, job_text(**{"options: {imageSize: 16}": "options: &o {a: *o}"})
+        tmp_path, job_text(**{"options: " + DEMO_OPTIONS: "options: &o {a: *o}"})
     )
     assert code == 2 and len(lines) == 1 and "recursive alias *o" in lines[0]
 
 
 def test_duplicate_keys_name_the_key_and_line(tmp_path: Path) -> None:
-    code, lines = validate_text(tmp_path, job_text(**{"    seed: 7": "    seed: 7\n    seed: 8"}))
+    code, lines = validate_text(tmp_path, job_text(**{"    seed: 1": "    seed: 1\n    seed: 8"}))
     assert code == 2
     assert lines == [
-        f"{tmp_path / 'job.yaml'}:19:5: invalid YAML: duplicate key 'seed' (first on line 18)"
+        f"{tmp_path / 'job.yaml'}:23:5: invalid YAML: duplicate key 'seed' (first on line 22)"
     ]
 
 
 def test_options_300_deep_give_one_line(tmp_path: Path) -> None:
     deep = "{a: " * 300 + "1" + "}" * 300
-    code, lines = validate_text(tmp_path, job_text(**{"{imageSize: 16}": deep}))
+    code, lines = validate_text(tmp_path, job_text(**{DEMO_OPTIONS: deep}))
     assert code == 2 and len(lines) == 1
     assert lines[0].endswith("invalid YAML: nested deeper than 100 levels")
     deep = "{a: " * 80 + "1" + "}" * 80  # within the file limit, beyond the options limit
-    code, lines = validate_text(tmp_path, job_text(**{"{imageSize: 16}": deep}))
+    code, lines = validate_text(tmp_path, job_text(**{DEMO_OPTIONS: deep}))
     assert code == 2 and len(lines) == 1
     assert lines[0].startswith("spec.model.options: nested deeper than 64 levels")
 
@@ -203,7 +204,7 @@ def test_options_300_deep_give_one_line(tmp_path: Path) -> None:
     [("!!binary aGk=", "binary data"), ("!!set {a}", "a set"), ("{1: 2}", "is not a string")],
 )
 def test_only_json_data(tmp_path: Path, value: str, expected: str) -> None:
-    code, lines = validate_text(tmp_path, job_text(**{"{imageSize: 16}": f"{{x: {value}}}"}))
+    code, lines = validate_text(tmp_path, job_text(**{DEMO_OPTIONS: f"{{x: {value}}}"}))
     assert code == 2 and len(lines) == 1 and expected in lines[0]
 
 
@@ -223,8 +224,8 @@ def test_dates_stay_strings_as_kubectl_sends_them(tmp_path: Path) -> None:
     ("old", "new", "expected"),
     [
         ("workers: 2", "workers: true", "spec.resources.workers: input should be a valid integer"),
-        ("epochs: 20", 'epochs: "5"', "spec.training.epochs: input should be a valid integer"),
-        ("seed: 7", "seed: 7.5", "spec.training.seed: input should be a valid integer"),
+        ("epochs: 18", 'epochs: "5"', "spec.training.epochs: input should be a valid integer"),
+        ("seed: 1", "seed: 1.5", "spec.training.seed: input should be a valid integer"),
         (
             "keep: 2",
             "keep: 2\n  runPolicy: {activeDeadlineSeconds: 99999999999999999999}",
@@ -237,8 +238,8 @@ def test_dates_stay_strings_as_kubectl_sends_them(tmp_path: Path) -> None:
             "spec.model.options: integer at imageSize is beyond int64",
         ),
         (
-            "batchSizePerReplica: 64",
-            "batch_size_per_replica: 64",
+            "batchSizePerReplica: 32",
+            "batch_size_per_replica: 32",
             "spec.training.batch_size_per_replica: unknown field",
         ),
         (

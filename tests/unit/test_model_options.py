@@ -356,9 +356,11 @@ def test_kubegan_run_refuses_a_bad_option_in_one_line(tmp_path: Path) -> None:
     """A job like the demo with a bad option: `kubegan run` stops before any worker starts
     (it used to start them, and they died with exit 1 and a traceback)."""
     text = (ROOT / "examples" / "digits-local.yaml").read_text()
-    assert "options: {imageSize: 16}" in text
+    assert "options: {imageSize: 16, ngf: 16," in text
     bad = tmp_path / "job.yaml"
-    bad.write_text(text.replace("options: {imageSize: 16}", 'options: {imageSize: 16, ngf: "8"}'))
+    bad.write_text(
+        text.replace("options: {imageSize: 16, ngf: 16,", 'options: {imageSize: 16, ngf: "8",')
+    )
     out = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(bad), "--output", str(out)],
