@@ -17,12 +17,13 @@ REAL_NODES ?= 2
 .PHONY: install lock lint demo cluster-up cluster-down crd
 
 # Everything the tests and the demo need: system packages (Debian), the Python environment,
-# the Go-built control plane and real-node binaries (cached by version outside the repo,
-# reused when present).
+# the Go-built control plane, real-node binaries and the cluster tier's add-ons (Karpenter,
+# Kueue), all cached by version outside the repo and reused when present.
 install: $(VENV)/.installed
 	bash hack/install-debian-packages.sh
 	bash hack/build-binaries.sh
 	bash hack/build-node-binaries.sh
+	bash hack/build-cluster-addons.sh
 
 $(UV):
 	bash hack/install-uv.sh >/dev/null
@@ -83,9 +84,12 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/kubegan run examples/digits-local.yaml
 
 # The operator at 1000 KWOK nodes / 500 jobs on its own control plane (bench/README.md).
-.PHONY: bench-operator bench-preemption
+.PHONY: bench-operator bench-preemption bench-autoscale
 bench-operator: install
 	nice -n 10 $(PY) bench/operator_scale.py --nodes 1000 --jobs 500
+# A gang on an autoscaled pool at zero nodes, measured with a real Karpenter (bench/README.md).
+bench-autoscale: install
+	nice -n 10 $(PY) bench/autoscale.py --runs 3
 # Spot reclaim on real nodes, measured: its own control plane and 3 real nodes (bench/README.md).
 bench-preemption: install images
 	nice -n 10 $(PY) bench/e2e_preemption.py --runs 3
@@ -95,8 +99,10 @@ bench-object-store: $(VENV)/.installed
 	nice -n 10 $(PY) bench/object_store.py --runs 3
 
 # --- local control plane (hack/README.md) ---
-.PHONY: cluster-binaries
+.PHONY: cluster-binaries cluster-addons
 cluster-binaries: ; bash hack/build-binaries.sh
+# Karpenter (KWOK provider) and Kueue for the cluster tier (tests/README.md).
+cluster-addons: ; bash hack/build-cluster-addons.sh
 # The control plane, then REAL_NODES real nodes (default 2; REAL_NODES=0: KWOK nodes only).
 cluster-up:
 	bash hack/cluster-up.sh
