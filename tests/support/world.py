@@ -33,6 +33,7 @@ from kubegan_operator.placement.planner import Plan
 from kubegan_operator.runtime import cache, controller
 from kubegan_trainer.contract import (
     CONTAINER_NAME,
+    GANG_GATE,
     JOB_NAME_LABEL,
     config_map_name,
     service_name,
@@ -402,6 +403,21 @@ class World:
         return out
 
 
+class KueueReads:
+    """kube.Kube's reads of Kueue objects, answered from a world's dict (None: not found)."""
+
+    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.objects = objects
+
+    def kueue_objects(
+        self, namespace: str, workload: str, local_queue: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        return (
+            copy.deepcopy(self.objects.get(("Workload", workload))),
+            copy.deepcopy(self.objects.get(("LocalQueue", local_queue))),
+        )
+
+
 class RecordingKube:
     """kube.Kube's writes, recorded in order and answered as the apiserver would; the
     world's objects and indexes are left as they were (the watch shows writes later).
@@ -489,7 +505,9 @@ class JobWorld(World):
             meta = {"name": obj, "namespace": NAMESPACE, "labels": {JOB_NAME_LABEL: name},
                     "ownerReferences": [{"uid": uid}]}  # fmt: skip
             self.add_owned({"apiVersion": "v1", "kind": kind, "metadata": meta})
-        self.controller()
+        # Kueue's objects in the namespace, by (kind, name): what kube.kueue_objects reads.
+        self.kueue: dict[tuple[str, str], dict[str, Any]] = {}
+        self.controller(kube=KueueReads(self.kueue))
 
     def snapshot(self, progress: ProgressUpdate | None = None) -> JobSnapshot:
         """What a sync observes now (runtime.observe over the indexes the watch filled from
@@ -528,7 +546,10 @@ class JobWorld(World):
             else:
                 self.add_owned(copy.deepcopy(obj))
         for name in d.lift_gates:
-            self.pods[name]["spec"]["schedulingGates"] = []
+            spec = self.pods[name]["spec"]  # kube.lift_gates removes kubegan's gate alone
+            spec["schedulingGates"] = [
+                g for g in spec.get("schedulingGates") or [] if g.get("name") != GANG_GATE
+            ]
         for name, _force in d.delete_pods:
             self.pods.pop(name, None)
         self.last = d

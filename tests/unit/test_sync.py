@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubegan_operator.api import spec as api
 from kubegan_operator.runtime import cache, controller
+from kubegan_trainer.contract import GANG_GATE
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.world import RecordingKube, World, job_body, node
@@ -82,8 +83,8 @@ def test_a_gang_created_and_released_in_one_sync_waits_for_the_watch_to_show_it(
     ctl = sync(RecordingKube(world()))
     key = ("ns", "g")
     assert ctl.expectations.pending(key, []) is not None
-    gated = [{"metadata": {"name": f"g-worker-{i}"}, "spec": {"schedulingGates": [{}]}}
-             for i in range(2)]  # fmt: skip
+    gates = {"schedulingGates": [{"name": GANG_GATE}]}
+    gated = [{"metadata": {"name": f"g-worker-{i}"}, "spec": gates} for i in range(2)]
     assert ctl.expectations.pending(key, gated) is not None  # the lifts not shown yet
     ungated = [{"metadata": {"name": f"g-worker-{i}"}, "spec": {}} for i in range(2)]
     assert ctl.expectations.pending(key, ungated) is None

@@ -227,10 +227,30 @@ WORKER_INDEX_LABEL = "kubegan.io/worker-index"
 ATTEMPT_LABEL = "kubegan.io/attempt"
 # The scheduling gate kubegan lifts once the whole gang exists (never another's gate).
 GANG_GATE = "kubegan.io/gang"
+
+# Kueue's names (sigs.k8s.io/kueue v0.17.1; DESIGN §9): a job labelled with the queue label
+# has its workers created as one Kueue plain-pod group, which Kueue admits as one Workload.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass
+KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# The pod set a group member belongs to; every worker one set, however their affinities differ.
+KUEUE_ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"  # Kueue's own: never lifted by kubegan
+KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # on managed pods until Kueue has counted them
+# The pod condition Kueue sets on the pods of a Workload it stops (reason WorkloadEvicted, ...).
+KUEUE_TERMINATION_CONDITION = "TerminationTarget"
 # Where the planner put a worker: other jobs' plans count it there until it binds.
 PLANNED_NODE_ANNOTATION = "kubegan.io/planned-node"
 PLANNED_NODES_ANNOTATION = "kubegan.io/planned-nodes"
 STRATEGY_ANNOTATION = "kubegan.io/strategy"
+
+
+def kueue_pod_group(job_name: str, uid: str | None, attempt: int) -> str:
+    """The Kueue pod group (a label value: at most 63 characters) of one attempt of a job: one
+    Workload per gang, and a job deleted and created again under its name is a new group."""
+    parts = [job_name[:43], *([uid[:8]] if uid else []), str(attempt)]
+    return "-".join(parts)[:63]
 
 
 def worker_name(job_name: str, index: int) -> str:

@@ -42,14 +42,12 @@ from kubegan_operator.api.spec import (
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.foundation.cost import accrued
 from kubegan_operator.foundation.podstate import (
-    IMAGE_PULL_REASONS,
-    NEVER_STARTS_REASONS,
-    WAITING_REASONS,
     Outcome,
     WorkerState,
     classify,
     exit_checkpoint,
     is_gated,
+    queued_by_kueue,
 )
 from kubegan_operator.foundation.progress import ProgressUpdate
 from kubegan_operator.foundation.timeutil import now_iso, parse_time
@@ -79,8 +77,6 @@ class ConditionType(StrEnum):
     unschedulable = "Unschedulable"
     created = "Created"
     checkpoints_persistent = "CheckpointsPersistent"
-    # False while a worker's container cannot start (image pull, missing Secret, ...).
-    containers_ready = "ContainersReady"
 
 
 class Reason(StrEnum):
@@ -112,17 +108,7 @@ class Reason(StrEnum):
     max_preemptions_exceeded = "MaxPreemptionsExceeded"
     backoff_limit_exceeded = "BackoffLimitExceeded"
     invalid_spec = "InvalidSpec"
-    trainer_config_error = "TrainerConfigError"
-    containers_started = "ContainersStarted"
-    # The kubelet's own reasons, passed through when a container cannot start.
-    err_image_pull = "ErrImagePull"
-    image_pull_back_off = "ImagePullBackOff"
-    err_image_never_pull = "ErrImageNeverPull"
-    invalid_image_name = "InvalidImageName"
-    create_container_config_error = "CreateContainerConfigError"
-    create_container_error = "CreateContainerError"
-    crash_loop_back_off = "CrashLoopBackOff"
-    run_container_error = "RunContainerError"
+    queued_by_kueue = "QueuedByKueue"
 
 
 @dataclass
@@ -581,16 +567,33 @@ def gang_succeeded(c: Context) -> bool:
 
 
 def gang_failed(c: Context) -> bool:
-    wrong = next((w for w in c.workers if w.outcome == Outcome.permanent), None)
-    if wrong is not None:
-        # The trainer says the job itself is wrong: another gang would fail the same way.
-        _fail(c.st, c.d, Reason.trainer_config_error, f"{wrong.name}: {wrong.detail}", c.now)
-        c.d.delete_pods += _clean_pods(c.pods, c.policy.clean_pod_policy, c.node_ready)
-        return True
     failed = [w for w in c.workers if w.outcome in (Outcome.disruption, Outcome.app_failure)]
     if failed:
         _restart_gang(c, failed)
     return bool(failed)
+
+
+# A gang Kueue holds is reconciled this often: nothing watches its Workload.
+KUEUE_POLL_SECONDS = 5.0
+
+
+def gang_queued(c: Context) -> bool:
+    """Kueue's admission gate holds the gang (its Workload waits for quota, DESIGN §9): say
+    so with the LocalQueue, the ClusterQueue and Kueue's own words. Distinct from no fit and
+    from waiting for an autoscaler; Pending, so not charged."""
+    if not any(queued_by_kueue(p) for p in c.current):
+        return False
+    wait = c.seen.queued
+    message = wait.words() if wait else "Kueue's admission gate holds the workers"
+    was = next((x for x in c.st.conditions if x.type == ConditionType.unschedulable), None)
+    said = was is not None and was.status == "True" and was.reason == Reason.queued_by_kueue
+    if not said:
+        c.event("Normal", Reason.queued_by_kueue, message)
+    if not said or was is None or was.message != message:
+        c.condition(ConditionType.unschedulable, True, Reason.queued_by_kueue, message)
+    c.requeue(KUEUE_POLL_SECONDS)
+    transition(c.st, Phase.pending, c.now)
+    return True
 
 
 def gang_running(c: Context) -> bool:
@@ -621,58 +624,10 @@ def gang_running(c: Context) -> bool:
         message=f"{len(c.workers)} worker(s) on {', '.join(w.node for w in c.workers)}",
     )
     c.condition(ConditionType.unschedulable, False, Reason.scheduled, "all workers bound")
-    _containers_started(c)
     # Cost accrues with time alone: come back when the next accrual is due.
     accrued = parse_time(st.cost_accrued_at) or c.now
     c.requeue(COST_ACCRUAL_SECONDS - (c.now - accrued).total_seconds())
     return True
-
-
-def containers_not_starting(c: Context) -> bool:
-    """A bound worker whose container cannot start: say so with the kubelet's reason and
-    message; an image that cannot be pulled for runPolicy.imagePullTimeoutSeconds (or whose
-    name can never parse) fails the job instead of holding its nodes forever."""
-    st = c.st
-    stuck = next(
-        (w for w in c.workers if w.outcome == Outcome.pending and _kubelet_reason(w.detail)),
-        None,
-    )
-    if stuck is None:
-        _containers_started(c)
-        return False
-    was = next((x for x in st.conditions if x.type == ConditionType.containers_ready), None)
-    reason = _kubelet_reason(stuck.detail)
-    assert reason is not None
-    message = f"{stuck.name}: {stuck.detail}"
-    if was is None or was.message != message:
-        c.condition(ConditionType.containers_ready, False, reason, message)
-        c.event("Warning", reason, message)
-    if reason in IMAGE_PULL_REASONS | NEVER_STARTS_REASONS:
-        since = parse_time(st.image_pull_since) or c.now
-        st.image_pull_since = now_iso(since)
-        limit = c.policy.image_pull_timeout_seconds
-        waited = (c.now - since).total_seconds()
-        if reason in NEVER_STARTS_REASONS or waited >= limit:
-            why = message if reason in NEVER_STARTS_REASONS else f"{message} (for {limit}s)"
-            _fail(st, c.d, reason, why, c.now)
-            c.d.delete_pods += _clean_pods(c.pods, c.policy.clean_pod_policy, c.node_ready)
-            return True
-        c.requeue(limit - waited)
-    transition(st, Phase.pending, c.now)
-    return True
-
-
-def _containers_started(c: Context) -> None:
-    """Every container could start (again): clear what containers_not_starting said."""
-    c.st.image_pull_since = None
-    was = next((x for x in c.st.conditions if x.type == ConditionType.containers_ready), None)
-    if was is not None and was.status == "False":
-        c.condition(ConditionType.containers_ready, True, Reason.containers_started)
-
-
-def _kubelet_reason(detail: str) -> Reason | None:
-    head = detail.split(":", 1)[0]
-    return Reason(head) if head in WAITING_REASONS else None
 
 
 def gang_waiting(c: Context) -> bool:
@@ -771,8 +726,8 @@ STEPS: tuple[Step, ...] = (
     # watching the released gang
     gang_succeeded,
     gang_failed,
+    gang_queued,
     gang_running,
-    containers_not_starting,
     gang_waiting_for_capacity,
     gang_waiting,
 )

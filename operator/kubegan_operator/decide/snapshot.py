@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from kubegan_operator.api.spec import GANTrainingJobSpec
+from kubegan_operator.foundation.kueue import QueueWait
 from kubegan_operator.foundation.progress import ProgressUpdate
 from kubegan_operator.placement.planner import Plan
 
@@ -35,6 +36,8 @@ class JobSnapshot:
     progress: ProgressUpdate | None = None  # what worker 0's metrics said, when read
     # Why a worker not bound yet can no longer be bound where it was planned (replan.py).
     unbindable: str | None = None
+    # Why Kueue holds the gang (its admission gate on a worker), read from its Workload.
+    queued: QueueWait | None = None
 
     @property
     def uid(self) -> str | None:

@@ -1,6 +1,7 @@
 """What happened to a worker pod (DESIGN §5): still going, done, or ended by whom.
 
-An infrastructure disruption (spot reclaim, node loss, eviction, deletion by someone else)
+An infrastructure disruption (spot reclaim, node loss, eviction, Kueue's eviction of the
+gang's Workload, deletion by someone else)
 counts toward `preemptions`, and so does the trainer's own "stopped by SIGTERM, checkpointed"
 exit (143); any other non-zero exit is an application failure and counts toward
 `backoffLimit`.
@@ -17,7 +18,9 @@ from kubegan_trainer.contract import (
     CONTAINER_NAME,
     EXIT_INTERRUPTED,
     EXIT_MEANINGS,
-    EXIT_USER_ERROR,
+    GANG_GATE,
+    KUEUE_ADMISSION_GATE,
+    KUEUE_TERMINATION_CONDITION,
     WORKER_INDEX_LABEL,
     parse_termination_message,
 )
@@ -42,27 +45,6 @@ class Outcome(StrEnum):
     succeeded = "succeeded"
     app_failure = "app_failure"
     disruption = "disruption"
-    # The job itself is wrong (the trainer's config/usage exit code): retrying cannot help.
-    permanent = "permanent"
-
-
-# Why a container has not started, as the kubelet says (state.waiting.reason): the job's
-# status shows them with the kubelet's message. Image pulls fail the job after
-# spec.runPolicy.imagePullTimeoutSeconds; an image name that can never parse, at once.
-IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"})
-NEVER_STARTS_REASONS = frozenset({"InvalidImageName"})
-WAITING_REASONS = (
-    IMAGE_PULL_REASONS
-    | NEVER_STARTS_REASONS
-    | frozenset(
-        {
-            "CreateContainerConfigError",
-            "CreateContainerError",
-            "CrashLoopBackOff",
-            "RunContainerError",
-        }
-    )
-)
 
 
 @dataclass(frozen=True)
@@ -134,20 +116,22 @@ def _outcome(
         return Outcome.disruption, f"node {node} is NotReady"
     if phase == "Running":
         return Outcome.running, ""
-    waiting = container_waiting(pod)
-    if waiting is not None:
-        return Outcome.pending, f"{waiting[0]}: {waiting[1]}".rstrip(": ")
     return Outcome.pending, _pending_detail(pod)
 
 
 def _disruption_target(pod: Mapping[str, Any]) -> str | None:
-    """Why the pod is marked `DisruptionTarget` (eviction, preemption, node shutdown), or None
-    when it is not."""
-    disruption = _conditions(pod).get("DisruptionTarget")
-    if not disruption or disruption.get("status") != "True":
-        return None
-    reason = disruption.get("reason", "DisruptionTarget")
-    return f"{reason}: {disruption.get('message', '')}".rstrip(": ")
+    """Why the pod is marked `DisruptionTarget` (eviction, preemption, node shutdown) or
+    Kueue's `TerminationTarget` (its Workload evicted: preempted by a higher priority, quota
+    reclaimed, queue stopped, deactivated), or None when it is neither. Kueue's eviction is
+    a preemption, never an application failure (DESIGN §9): the gang waits to be admitted
+    again and resumes from its checkpoint."""
+    conditions = _conditions(pod)
+    for kind in ("DisruptionTarget", KUEUE_TERMINATION_CONDITION):
+        marked = conditions.get(kind)
+        if marked and marked.get("status") == "True":
+            reason = marked.get("reason", kind)
+            return f"{reason}: {marked.get('message', '')}".rstrip(": ")
+    return None
 
 
 def _failure(
@@ -164,36 +148,9 @@ def _failure(
     code = exit_code(pod)
     if code == EXIT_INTERRUPTED:
         return Outcome.disruption, INTERRUPTED_DETAIL
-    said = _last_line(_terminated(pod).get("message"))
-    if code == EXIT_USER_ERROR:
-        return Outcome.permanent, f"exit code {code}" + (f": {said}" if said else "")
     if code is not None:
-        why = _terminated(pod).get("reason")  # OOMKilled, Error, ...
-        detail = f"exit code {code}" + (f" ({why})" if why and why != "Error" else "")
-        return Outcome.app_failure, detail + (f": {said}" if said else "")
+        return Outcome.app_failure, f"exit code {code}"
     return Outcome.app_failure, status.get("message") or "failed"
-
-
-def _last_line(message: Any) -> str:
-    """The last non-empty line of a termination message (the trainer's one-line error when
-    the kubelet fell back to the log), cut to a readable length; none when it is the
-    trainer's checkpoint JSON."""
-    if not isinstance(message, str) or parse_termination_message(message) is not None:
-        return ""
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
-
-
-def container_waiting(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(reason, message) of the trainer container when the kubelet says why it cannot start
-    (an image that cannot be pulled, a missing Secret, ...); None otherwise."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") != CONTAINER_NAME:
-            continue
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in WAITING_REASONS:
-            return str(waiting["reason"]), str(waiting.get("message") or "")[:300]
-    return None
 
 
 def _pending_detail(pod: Mapping[str, Any]) -> str:
@@ -209,5 +166,16 @@ def _pending_detail(pod: Mapping[str, Any]) -> str:
     return ""
 
 
+def _gates(pod: Mapping[str, Any]) -> list[str]:
+    return [g.get("name", "") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+
+
 def is_gated(pod: Mapping[str, Any]) -> bool:
-    return bool((pod.get("spec") or {}).get("schedulingGates"))
+    """Whether kubegan's own gang gate still holds the pod. Other controllers' gates (Kueue's
+    admission gate) are theirs to lift: a pod held only by them is released by kubegan."""
+    return GANG_GATE in _gates(pod)
+
+
+def queued_by_kueue(pod: Mapping[str, Any]) -> bool:
+    """Whether Kueue's admission gate holds the pod (its Workload is not admitted yet)."""
+    return KUEUE_ADMISSION_GATE in _gates(pod)

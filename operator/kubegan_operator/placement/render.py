@@ -27,6 +27,11 @@ from kubegan_trainer.contract import (
     ENV_TRAINER_IMAGE_TORCH,
     GANG_GATE,
     JOB_NAME_LABEL,
+    KUEUE_POD_GROUP_COUNT_ANNOTATION,
+    KUEUE_POD_GROUP_LABEL,
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_LABEL,
+    KUEUE_ROLE_HASH_ANNOTATION,
     PLANNED_NODE_ANNOTATION,
     PLANNED_NODES_ANNOTATION,
     STRATEGY_ANNOTATION,
@@ -35,6 +40,7 @@ from kubegan_trainer.contract import (
     TPU_WORKER_PORT,
     WORKER_INDEX_LABEL,
     config_map_name,
+    kueue_pod_group,
     service_name,
     worker_name,
 )
@@ -300,9 +306,6 @@ def trainer_container(
         ],
         "resources": worker_resources(job, plan),
         "volumeMounts": mounts,
-        # A trainer that fails before writing its termination message (a config error's one
-        # line) still tells the job's status why: the log's tail stands in.
-        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -347,6 +350,35 @@ def worker_metadata(
         STRATEGY_ANNOTATION: plan.strategy,
     }
     return meta
+
+
+# Every worker is one pod set of Kueue's Workload (their planned nodes differ, so the hash
+# Kueue would compute differs per worker: a gang over 8 nodes would exceed its 8 pod sets).
+KUEUE_ROLE = "workers"
+
+
+def kueue_group(
+    job: GANTrainingJob, plan: Plan, uid: str | None, attempt: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, annotations) that make a job's workers one Kueue plain-pod group, admitted
+    whole against its LocalQueue's ClusterQueue or not at all; empty for a job that names no
+    queue. Its WorkloadPriorityClass, when the job names one, goes with it."""
+    job_labels = job.metadata.labels or {}
+    queue = job_labels.get(KUEUE_QUEUE_LABEL)
+    if not queue:
+        return {}, {}
+    labels = {
+        KUEUE_QUEUE_LABEL: queue,
+        KUEUE_POD_GROUP_LABEL: kueue_pod_group(job.metadata.name, uid, attempt),
+    }
+    priority = job_labels.get(KUEUE_PRIORITY_CLASS_LABEL)
+    if priority:
+        labels[KUEUE_PRIORITY_CLASS_LABEL] = priority
+    annotations = {
+        KUEUE_POD_GROUP_COUNT_ANNOTATION: str(plan.workers),
+        KUEUE_ROLE_HASH_ANNOTATION: KUEUE_ROLE,
+    }
+    return labels, annotations
 
 
 def render_pod(
@@ -394,12 +426,11 @@ def render_pod(
         "volumes": volumes,
         **({"nodeSelector": selector} if selector else {}),
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": worker_metadata(job, plan, index, uid, attempt),
-        "spec": pod_spec,
-    }
+    meta = worker_metadata(job, plan, index, uid, attempt)
+    queue_labels, queue_annotations = kueue_group(job, plan, uid, attempt)
+    meta["labels"].update(queue_labels)
+    meta["annotations"].update(queue_annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
 def render_all(

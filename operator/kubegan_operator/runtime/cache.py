@@ -29,6 +29,7 @@ from typing import Any
 
 from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
+from kubegan_operator.foundation.podstate import is_gated
 from kubegan_operator.foundation.timeutil import parse_time
 from kubegan_operator.foundation.topology import (
     Inventory,
@@ -245,7 +246,7 @@ def _shown(what: str, pod: Mapping[str, Any] | None) -> bool:
         return pod is not None
     if what == Seen.gone:
         return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
-    ungated = pod is not None and not (pod.get("spec") or {}).get("schedulingGates")
+    ungated = pod is not None and not is_gated(pod)  # kubegan's gate; others' are theirs
     if what == Seen.present_and_ungated:
         return ungated
     return pod is None or ungated

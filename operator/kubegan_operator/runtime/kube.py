@@ -6,11 +6,12 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
+from kubegan_trainer.contract import GANG_GATE
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -23,6 +24,27 @@ log = logging.getLogger("kubegan.kube")
 # and none opens (and TLS-handshakes) a connection only to throw it away.
 API_THREADS = 128
 EVENT_THREADS = 2
+
+
+# A JSON patch whose `test` fails is refused with one of these (the apiserver's versions
+# differ); the gate list changed since it was read.
+GATE_LIST_CHANGED = frozenset({400, 409, 422})
+LIFT_ATTEMPTS = 5
+# The Kueue API the operator reads (Kueue v0.17.1 stores and serves v1beta2).
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+
+
+def gate_removal(gates: Sequence[Mapping[str, Any]], gate: str = GANG_GATE) -> list[Any] | None:
+    """A JSON patch that removes `gate` from a pod whose scheduling gates are `gates` and
+    nothing else, refused if that entry moved meanwhile; None when `gate` is not there."""
+    names = [g.get("name") for g in gates]
+    if gate not in names:
+        return None
+    entry = f"/spec/schedulingGates/{names.index(gate)}"
+    return [
+        {"op": "test", "path": f"{entry}/name", "value": gate},
+        {"op": "remove", "path": entry},
+    ]
 
 
 KUBECONFIG_MAX_BYTES = 16 * 1024 * 1024  # kubeconfigs are kilobytes; bounds a runaway file
@@ -124,6 +146,26 @@ class Kube:
         bound = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
         return [self._plain(p) for p in bound.items]
 
+    def kueue_objects(
+        self, namespace: str, workload: str, local_queue: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """A Kueue Workload and LocalQueue by name, each None when not found (or when Kueue,
+        or the chart's permission to read them, is missing: a job waits all the same)."""
+        return (
+            self._get_or_none(f"/apis/{KUEUE_API}/namespaces/{namespace}/workloads/{workload}"),
+            self._get_or_none(
+                f"/apis/{KUEUE_API}/namespaces/{namespace}/localqueues/{local_queue}"
+            ),
+        )
+
+    def _get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            return self._send("GET", path, None)
+        except ApiException as err:
+            if err.status in (403, 404):
+                return None
+            raise
+
     # ---- writes -------------------------------------------------------------------------
 
     # Writes go through `_send`, not the generated API methods: those validate every
@@ -176,17 +218,35 @@ class Kube:
             return None
 
     def lift_gates(self, namespace: str, name: str) -> None:
-        try:
-            self._send(
-                "PATCH",
-                f"/api/v1/namespaces/{namespace}/pods/{name}",
-                [{"op": "replace", "path": "/spec/schedulingGates", "value": []}],
-                "application/json-patch+json",
-                answer=False,
-            )
-        except ApiException as err:
-            if err.status not in (404, 422):
+        """Remove kubegan's gang gate, and only it: other controllers' gates (Kueue's
+        admission gate) stay. The patch tests the entry it removes, so a list that changed
+        since it was read is refused rather than cut at the wrong place; then the pod is read
+        again and the removal retried. The first try assumes the rendered order (kubegan's
+        gate first; admission webhooks append theirs), which saves a read per worker."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        gates: list[Any] = [{"name": GANG_GATE}]
+        for _ in range(LIFT_ATTEMPTS):
+            patch = gate_removal(gates)
+            if patch is None:
+                return  # lifted already (by an earlier sync), or never gated
+            try:
+                self._send("PATCH", path, patch, "application/json-patch+json", answer=False)
+                return
+            except ApiException as err:
+                if err.status == 404:
+                    return
+                if err.status not in GATE_LIST_CHANGED:
+                    raise
+            try:
+                pod = self._send("GET", path, None)
+            except ApiException as err:
+                if err.status == 404:
+                    return
                 raise
+            gates = (pod.get("spec") or {}).get("schedulingGates") or []
+        raise ApiException(
+            status=409, reason=f"pod {namespace}/{name}: its scheduling gates kept changing"
+        )
 
     def delete_pod(self, namespace: str, name: str, force: bool) -> None:
         options: dict[str, Any] = {"propagationPolicy": "Background"}

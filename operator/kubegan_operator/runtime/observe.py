@@ -12,11 +12,19 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kubegan_trainer.contract import config_map_name, service_name
+from kubegan_trainer.contract import (
+    ATTEMPT_LABEL,
+    KUEUE_POD_GROUP_LABEL,
+    KUEUE_QUEUE_LABEL,
+    config_map_name,
+    service_name,
+)
 
 from kubegan_operator.api.pricing import PriceTable
 from kubegan_operator.api.spec import GANTrainingJobSpec, Phase
 from kubegan_operator.decide.snapshot import JobSnapshot, Planner
+from kubegan_operator.foundation.kueue import QueueWait, queue_wait
+from kubegan_operator.foundation.podstate import queued_by_kueue
 from kubegan_operator.foundation.pools import PoolTemplate
 from kubegan_operator.foundation.progress import ProgressReader
 from kubegan_operator.foundation.topology import PodUsage, pod_usage
@@ -27,6 +35,8 @@ from kubegan_operator.runtime.threads import ApiThreads
 # Pods outside the watched namespaces (only with --namespace) are listed at most this often,
 # and only when a job is about to be planned.
 FOREIGN_PODS_SECONDS = 30.0
+# A job Kueue holds reads its Workload at most this often (reconcile polls it as often).
+KUEUE_READ_SECONDS = 5.0
 
 
 class Observer:
@@ -45,6 +55,7 @@ class Observer:
         self.namespaces, self.progress, self.threads = namespaces, progress, threads
         self.view: cache.View | None = None  # kopf's indexes, once it hands them over
         self._foreign: tuple[float, list[PodUsage]] = (-FOREIGN_PODS_SECONDS, [])
+        self._queued: dict[cache.JobKey, tuple[float, QueueWait]] = {}
 
     async def observe(
         self, key: cache.JobKey, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
@@ -63,6 +74,7 @@ class Observer:
         extra: list[PodUsage] = []
         if self.namespaces and not owned and phase not in (Phase.succeeded, Phase.failed):
             extra = await self._foreign_usage()
+        queued = await self._queue_wait(key, job, owned)
         # From here on nothing is awaited: the indexes are read at one instant.
         now = datetime.now(UTC)
         have = self._shared_objects(view, key)
@@ -76,7 +88,28 @@ class Observer:
             plan=self._planner(view, key, extra),
             progress=progress,
             unbindable=view.unbindable(key, owned),
+            queued=queued,
         )
+
+    async def _queue_wait(
+        self, key: cache.JobKey, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+    ) -> QueueWait | None:
+        """Why Kueue holds the current gang, when its admission gate is on a worker: its
+        Workload and LocalQueue are read (at most every KUEUE_READ_SECONDS per job; nothing
+        watches them, reconcile polls while it waits)."""
+        attempt = str((job.get("status") or {}).get("attempt", 0))
+        held = [p for p in pods if queued_by_kueue(p) and _labels(p).get(ATTEMPT_LABEL) == attempt]
+        if not held:
+            self._queued.pop(key, None)
+            return None
+        labels = _labels(held[0])
+        group, queue = labels.get(KUEUE_POD_GROUP_LABEL, ""), labels.get(KUEUE_QUEUE_LABEL, "")
+        read_at, wait = self._queued.get(key, (0.0, None))
+        if wait is None or time.monotonic() - read_at >= KUEUE_READ_SECONDS:
+            objs = await self.threads.run(self.kube.kueue_objects, key[0], group, queue)
+            wait = queue_wait(queue, *objs)
+            self._queued[key] = (time.monotonic(), wait)
+        return wait
 
     def _shared_objects(self, view: cache.View, key: cache.JobKey) -> set[str]:
         """The job's Service and ConfigMap kinds that exist: shown by the watch, or created
@@ -113,6 +146,10 @@ class Observer:
         ]
         self._foreign = (time.monotonic(), usages)
         return usages
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return (pod.get("metadata") or {}).get("labels") or {}
 
 
 def _owned_by(pod: Mapping[str, Any], uid: str | None) -> bool:
