@@ -142,13 +142,15 @@ def test_32_gpus_on_v100_pool(
         "NAME",
         "PHASE",
         "WORKERS",
-        "GPUS/WORKER",
+        "PER-WORKER",
         "EPOCH",
         "EPOCH-TIME",
+        "PREEMPTIONS",
         "COST",
         "AGE",
     ]
-    assert table[1].split()[:4] == ["gan3d-v100", "Running", "4", "8"]
+    # No epoch finished yet (fake nodes run no trainer): 0 of the job's 60.
+    assert table[1].split()[:5] == ["gan3d-v100", "Running", "4", "8xGPU", "0/60"]
     short = cluster.run("get", "ganjobs", "-n", namespace, "-o", "name").stdout.strip()
     assert short == "gantrainingjob.kubegan.io/gan3d-v100"
     events = cluster.run(

@@ -7,6 +7,7 @@ progress from the trainers' metrics."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,10 +69,14 @@ def test_progress_advanced_while_running_and_kubectl_shows_it(
     cost = seen.final["status"]["cost"]
     assert cost["ratePerHour"] == pytest.approx(DIGITS_RATE_PER_HOUR)
     assert cost["dollars"] > 0
-    # NAME PHASE WORKERS GPUS/WORKER EPOCH EPOCH-TIME COST AGE: epoch and epoch time filled in.
+    # NAME PHASE WORKERS PER-WORKER EPOCH EPOCH-TIME PREEMPTIONS COST AGE: epoch of total
+    # ("3/6") and epoch time filled in.
     running = [ln.split() for ln in seen.get_lines if " Running " in ln]
     assert running, seen.get_lines
-    assert any(cols[4].isdigit() and cols[5] not in ("", "<none>") for cols in running), running
+    assert any(
+        re.fullmatch(rf"\d+/{EPOCHS[name]}", cols[4]) and cols[5] not in ("", "<none>")
+        for cols in running
+    ), running
 
 
 @pytest.mark.parametrize("name", sorted(EPOCHS))

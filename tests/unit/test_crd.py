@@ -60,12 +60,18 @@ def test_crd_names_columns_and_status() -> None:
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Phase",
         "Workers",
-        "GPUs/Worker",
+        "Per-Worker",
         "Epoch",
         "Epoch-Time",
+        "Preemptions",
         "Cost",
         "Age",
     ]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    # Epoch of total ("3/20") and what a worker holds ("4xTPU"): strings the operator writes.
+    assert columns["Epoch"]["jsonPath"] == ".status.progress.summary"
+    assert columns["Per-Worker"]["jsonPath"] == ".status.placement.perWorker"
+    assert columns["Preemptions"]["jsonPath"] == ".status.preemptions"
 
 
 def test_enums_minimums_defaults_and_rules() -> None:

@@ -34,6 +34,7 @@ def test_gang_created_gated_then_released() -> None:
     assert w.status["placement"] == {
         "workers": 2,
         "gpusPerWorker": 8,
+        "perWorker": "8xGPU",  # kubectl get's Per-Worker column
         "nodes": ["n0", "n1"],
         "spot": False,
     }
@@ -334,7 +335,12 @@ def test_progress_and_last_checkpoint_from_worker_0() -> None:
     w.now += timedelta(seconds=1)
     d = reconcile(w.snapshot(progress=update))
     assert d.status is not None
-    assert d.status["progress"] == {"epoch": 7, "epochs": 60, "lastEpochSeconds": 115.04}
+    assert d.status["progress"] == {
+        "epoch": 7,
+        "epochs": 60,
+        "lastEpochSeconds": 115.04,
+        "summary": "7/60",  # kubectl get's Epoch column
+    }
     assert d.status["lastCheckpoint"] == {"epoch": 7, "step": 0, "time": "2027-01-15T08:00:00Z"}
 
 
@@ -345,7 +351,12 @@ def test_a_finished_job_shows_its_last_epoch_even_if_the_last_read_was_earlier()
     w.end(0, "Succeeded")
     w.step()
     assert w.status["phase"] == "Succeeded"
-    assert w.status["progress"] == {"epoch": 60, "epochs": 60, "lastEpochSeconds": 100.0}
+    assert w.status["progress"] == {
+        "epoch": 60,
+        "epochs": 60,
+        "lastEpochSeconds": 100.0,
+        "summary": "60/60",
+    }
 
 
 def test_a_vanished_worker_of_a_released_gang_restarts_the_gang() -> None:
@@ -440,3 +451,13 @@ def test_the_cost_gauge_adds_the_open_interval_the_status_has_not_written_yet() 
     # A closed interval (not running) adds nothing, whenever it is asked.
     closed = {"cost": {"dollars": 1.5, "ratePerHour": 36.0}}
     assert dollars_now(closed, later + timedelta(days=1)) == 1.5
+
+
+def test_per_worker_shows_tpu_chips_gpus_or_cpu() -> None:
+    """kubectl's Per-Worker column: a TPU job shows its chips, not 0 GPUs."""
+    from kubegan_operator.decide.reconcile import _per_worker
+    from kubegan_operator.placement.planner import Plan
+
+    assert _per_worker(Plan(True, workers=4, tpu_chips_per_worker=4)) == "4xTPU"
+    assert _per_worker(Plan(True, workers=4, gpus_per_worker=8)) == "8xGPU"
+    assert _per_worker(Plan(True, workers=2)) == "CPU"

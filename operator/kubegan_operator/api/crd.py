@@ -35,13 +35,29 @@ _DROPPED_KEYS = {"title", "additionalProperties", "$defs", "examples"}
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Workers", "type": "integer", "jsonPath": ".status.placement.workers"},
-    {"name": "GPUs/Worker", "type": "integer", "jsonPath": ".status.placement.gpusPerWorker"},
-    {"name": "Epoch", "type": "integer", "jsonPath": ".status.progress.epoch"},
+    {
+        "name": "Per-Worker",
+        "type": "string",
+        "jsonPath": ".status.placement.perWorker",
+        "description": "What one worker holds: GPUs, TPU chips or CPU",
+    },
+    {
+        "name": "Epoch",
+        "type": "string",
+        "jsonPath": ".status.progress.summary",
+        "description": "Last finished epoch of the total",
+    },
     {
         "name": "Epoch-Time",
         "type": "number",
         "jsonPath": ".status.progress.lastEpochSeconds",
         "description": "Seconds the last epoch took",
+    },
+    {
+        "name": "Preemptions",
+        "type": "integer",
+        "jsonPath": ".status.preemptions",
+        "description": "Infrastructure disruptions (spot reclaims, lost nodes)",
     },
     {
         "name": "Cost",

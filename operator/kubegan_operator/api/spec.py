@@ -616,6 +616,9 @@ class Condition(ApiModel):
 class PlacementStatus(ApiModel):
     workers: int = 0
     gpus_per_worker: int = 0
+    # What one worker holds, for `kubectl get`: "8xGPU", "4xTPU" (chips) or "CPU", so a TPU
+    # job does not read as 0 GPUs.
+    per_worker: str = ""
     nodes: list[str] = Field(default_factory=list)
     spot: bool = False
 
@@ -624,6 +627,10 @@ class ProgressStatus(ApiModel):
     epoch: int = 0
     epochs: int = 0
     last_epoch_seconds: float | None = None
+    summary: str = Field(default="", description='Epoch of total, e.g. "3/20" (kubectl get).')
+
+    def sync_summary(self) -> None:
+        self.summary = f"{self.epoch}/{self.epochs}"
 
 
 class CheckpointStatus(ApiModel):

@@ -288,9 +288,11 @@ def _record_progress(
 ) -> None:
     st.progress = st.progress or ProgressStatus()
     st.progress.epochs = job.spec.training.epochs
+    st.progress.sync_summary()
     if progress is None:
         return
     st.progress.epoch = progress.epoch
+    st.progress.sync_summary()
     if progress.last_epoch_seconds is not None:
         st.progress.last_epoch_seconds = round(progress.last_epoch_seconds, 3)
     if progress.checkpoint is not None:
@@ -448,6 +450,14 @@ def create_gang(c: Context) -> bool:
     return True
 
 
+def _per_worker(plan: Plan) -> str:
+    """What one worker holds, for kubectl's Per-Worker column: TPU chips, GPUs or CPU only
+    (one word, so the table still splits on blanks)."""
+    if plan.tpu_chips_per_worker:
+        return f"{plan.tpu_chips_per_worker}xTPU"
+    return f"{plan.gpus_per_worker}xGPU" if plan.gpus_per_worker else "CPU"
+
+
 def _create_workers(c: Context, plan: Plan) -> None:
     """Record the plan in status, render every worker and say what was created, and where."""
     st = c.st
@@ -455,6 +465,7 @@ def _create_workers(c: Context, plan: Plan) -> None:
     st.placement = PlacementStatus(
         workers=plan.workers,
         gpus_per_worker=plan.gpus_per_worker,
+        per_worker=_per_worker(plan),
         nodes=list(plan.nodes),
         spot=plan.spot,
     )
@@ -559,6 +570,7 @@ def gang_succeeded(c: Context) -> bool:
     # the last read may predate that epoch, and a finished job must not show "5/6".
     if c.st.progress is not None:
         c.st.progress.epoch = c.job.spec.training.epochs
+        c.st.progress.sync_summary()
     c.event("Normal", Reason.succeeded, "training finished")
     c.d.delete_pods += _clean_pods(
         c.current, c.policy.clean_pod_policy, c.node_ready, finished=True
