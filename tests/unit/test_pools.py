@@ -14,7 +14,7 @@ from kubegan_operator.placement.planner import plan
 from kubegan_operator.placement.render import render_pod
 from kubegan_trainer.contract import GANG_GATE
 
-from tests.unit.nodes import node
+from tests.support.world import node
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
