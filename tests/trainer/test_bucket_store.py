@@ -259,3 +259,17 @@ def test_the_jobs_spec_names_the_bucket_and_its_endpoint(
     other = f"s3://{s3.make_bucket()}/from-env"
     env = {ENV_CHECKPOINT_URI: other}
     assert str(open_checkpoint_store(tmp_path / "b", 3, spec=spec, environ=env).bucket.uri) == other
+
+
+def test_only_the_errors_first_line_decides_transient() -> None:
+    """The client's debug dump under the first line names `retry_timeout` and URLs full of
+    digits: neither makes a permanent error look transient."""
+    dump = (
+        "Generic S3 error: Error performing PUT http://127.0.0.1:9/b/ckpt-000500-00000503/x "
+        "in 2ms - Server returned non-2xx status code: 400 Bad Request\n"
+        "Debug source: RetryError { retries: 0, retry_timeout: 1s }"
+    )
+    assert objstore.classify(RuntimeError(dump))[0] is False
+    refused = "Generic S3 error: Error performing GET http://h/b - HTTP error: error sending"
+    refused += " request"
+    assert objstore.classify(RuntimeError(refused))[0] is True

@@ -157,7 +157,10 @@ def classify(err: BaseException) -> tuple[bool, str]:
         "UnauthenticatedError",
     ):
         return False, "no permission"
-    if _TRANSIENT.search(text):
+    # Only the first line, without its URL: the client's debug dump below it names settings
+    # such as `retry_timeout`, and a URL's digits can look like a status code.
+    first = re.sub(r"https?://\S+", "", text.strip().splitlines()[0] if text.strip() else "")
+    if _TRANSIENT.search(first):
         return True, one_line(err)
     return False, one_line(err)
 
