@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -133,6 +134,19 @@ class PrivateCluster:
         idempotent."""
         text = "\n---\n".join(json.dumps(d) for d in docs)
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=text)
+
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Wait until CRDs (by name) are Established. `kubectl wait` alone fails at once on a
+        CRD created a moment ago, before the apiserver has written any condition."""
+        deadline = time.monotonic() + timeout
+        args = ["wait", "--for=condition=Established", "--timeout=10s", *(f"crd/{c}" for c in crds)]
+        while True:
+            result = self.kubectl(*args, check=False, timeout=30)
+            if result.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"CRDs not Established: {result.stderr.strip()}")
+            time.sleep(0.5)
 
     def get(self, kind: str, name: str = "", namespace: str = "", selector: str = "") -> Any:
         """The object (or, without a name, the list's items) as JSON; None when not found."""
