@@ -42,6 +42,9 @@ from kubegan_operator.api.spec import (
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.foundation.cost import accrued
 from kubegan_operator.foundation.podstate import (
+    IMAGE_PULL_REASONS,
+    NEVER_STARTS_REASONS,
+    WAITING_REASONS,
     Outcome,
     WorkerState,
     classify,
@@ -77,6 +80,8 @@ class ConditionType(StrEnum):
     unschedulable = "Unschedulable"
     created = "Created"
     checkpoints_persistent = "CheckpointsPersistent"
+    # False while a worker's container cannot start (image pull, missing Secret, ...).
+    containers_ready = "ContainersReady"
 
 
 class Reason(StrEnum):
@@ -109,6 +114,17 @@ class Reason(StrEnum):
     backoff_limit_exceeded = "BackoffLimitExceeded"
     invalid_spec = "InvalidSpec"
     queued_by_kueue = "QueuedByKueue"
+    trainer_config_error = "TrainerConfigError"
+    containers_started = "ContainersStarted"
+    # The kubelet's own reasons, passed through when a container cannot start.
+    err_image_pull = "ErrImagePull"
+    image_pull_back_off = "ImagePullBackOff"
+    err_image_never_pull = "ErrImageNeverPull"
+    invalid_image_name = "InvalidImageName"
+    create_container_config_error = "CreateContainerConfigError"
+    create_container_error = "CreateContainerError"
+    crash_loop_back_off = "CrashLoopBackOff"
+    run_container_error = "RunContainerError"
 
 
 @dataclass
@@ -579,6 +595,12 @@ def gang_succeeded(c: Context) -> bool:
 
 
 def gang_failed(c: Context) -> bool:
+    wrong = next((w for w in c.workers if w.outcome == Outcome.permanent), None)
+    if wrong is not None:
+        # The trainer says the job itself is wrong: another gang would fail the same way.
+        _fail(c.st, c.d, Reason.trainer_config_error, f"{wrong.name}: {wrong.detail}", c.now)
+        c.d.delete_pods += _clean_pods(c.pods, c.policy.clean_pod_policy, c.node_ready)
+        return True
     failed = [w for w in c.workers if w.outcome in (Outcome.disruption, Outcome.app_failure)]
     if failed:
         _restart_gang(c, failed)
@@ -636,10 +658,58 @@ def gang_running(c: Context) -> bool:
         message=f"{len(c.workers)} worker(s) on {', '.join(w.node for w in c.workers)}",
     )
     c.condition(ConditionType.unschedulable, False, Reason.scheduled, "all workers bound")
+    _containers_started(c)
     # Cost accrues with time alone: come back when the next accrual is due.
     accrued = parse_time(st.cost_accrued_at) or c.now
     c.requeue(COST_ACCRUAL_SECONDS - (c.now - accrued).total_seconds())
     return True
+
+
+def containers_not_starting(c: Context) -> bool:
+    """A bound worker whose container cannot start: say so with the kubelet's reason and
+    message; an image that cannot be pulled for runPolicy.imagePullTimeoutSeconds (or whose
+    name can never parse) fails the job instead of holding its nodes forever."""
+    st = c.st
+    stuck = next(
+        (w for w in c.workers if w.outcome == Outcome.pending and _kubelet_reason(w.detail)),
+        None,
+    )
+    if stuck is None:
+        _containers_started(c)
+        return False
+    was = next((x for x in st.conditions if x.type == ConditionType.containers_ready), None)
+    reason = _kubelet_reason(stuck.detail)
+    assert reason is not None
+    message = f"{stuck.name}: {stuck.detail}"
+    if was is None or was.message != message:
+        c.condition(ConditionType.containers_ready, False, reason, message)
+        c.event("Warning", reason, message)
+    if reason in IMAGE_PULL_REASONS | NEVER_STARTS_REASONS:
+        since = parse_time(st.image_pull_since) or c.now
+        st.image_pull_since = now_iso(since)
+        limit = c.policy.image_pull_timeout_seconds
+        waited = (c.now - since).total_seconds()
+        if reason in NEVER_STARTS_REASONS or waited >= limit:
+            why = message if reason in NEVER_STARTS_REASONS else f"{message} (for {limit}s)"
+            _fail(st, c.d, reason, why, c.now)
+            c.d.delete_pods += _clean_pods(c.pods, c.policy.clean_pod_policy, c.node_ready)
+            return True
+        c.requeue(limit - waited)
+    transition(st, Phase.pending, c.now)
+    return True
+
+
+def _containers_started(c: Context) -> None:
+    """Every container could start (again): clear what containers_not_starting said."""
+    c.st.image_pull_since = None
+    was = next((x for x in c.st.conditions if x.type == ConditionType.containers_ready), None)
+    if was is not None and was.status == "False":
+        c.condition(ConditionType.containers_ready, True, Reason.containers_started)
+
+
+def _kubelet_reason(detail: str) -> Reason | None:
+    head = detail.split(":", 1)[0]
+    return Reason(head) if head in WAITING_REASONS else None
 
 
 def gang_waiting(c: Context) -> bool:
@@ -740,6 +810,7 @@ STEPS: tuple[Step, ...] = (
     gang_failed,
     gang_queued,
     gang_running,
+    containers_not_starting,
     gang_waiting_for_capacity,
     gang_waiting,
 )

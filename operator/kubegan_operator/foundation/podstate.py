@@ -18,6 +18,7 @@ from kubegan_trainer.contract import (
     CONTAINER_NAME,
     EXIT_INTERRUPTED,
     EXIT_MEANINGS,
+    EXIT_USER_ERROR,
     GANG_GATE,
     KUEUE_ADMISSION_GATE,
     KUEUE_TERMINATION_CONDITION,
@@ -45,6 +46,27 @@ class Outcome(StrEnum):
     succeeded = "succeeded"
     app_failure = "app_failure"
     disruption = "disruption"
+    # The job itself is wrong (the trainer's config/usage exit code): retrying cannot help.
+    permanent = "permanent"
+
+
+# Why a container has not started, as the kubelet says (state.waiting.reason): the job's
+# status shows them with the kubelet's message. Image pulls fail the job after
+# spec.runPolicy.imagePullTimeoutSeconds; an image name that can never parse, at once.
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"})
+NEVER_STARTS_REASONS = frozenset({"InvalidImageName"})
+WAITING_REASONS = (
+    IMAGE_PULL_REASONS
+    | NEVER_STARTS_REASONS
+    | frozenset(
+        {
+            "CreateContainerConfigError",
+            "CreateContainerError",
+            "CrashLoopBackOff",
+            "RunContainerError",
+        }
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -116,6 +138,9 @@ def _outcome(
         return Outcome.disruption, f"node {node} is NotReady"
     if phase == "Running":
         return Outcome.running, ""
+    waiting = container_waiting(pod)
+    if waiting is not None:
+        return Outcome.pending, f"{waiting[0]}: {waiting[1]}".rstrip(": ")
     return Outcome.pending, _pending_detail(pod)
 
 
@@ -148,9 +173,36 @@ def _failure(
     code = exit_code(pod)
     if code == EXIT_INTERRUPTED:
         return Outcome.disruption, INTERRUPTED_DETAIL
+    said = _last_line(_terminated(pod).get("message"))
+    if code == EXIT_USER_ERROR:
+        return Outcome.permanent, f"exit code {code}" + (f": {said}" if said else "")
     if code is not None:
-        return Outcome.app_failure, f"exit code {code}"
+        why = _terminated(pod).get("reason")  # OOMKilled, Error, ...
+        detail = f"exit code {code}" + (f" ({why})" if why and why != "Error" else "")
+        return Outcome.app_failure, detail + (f": {said}" if said else "")
     return Outcome.app_failure, status.get("message") or "failed"
+
+
+def _last_line(message: Any) -> str:
+    """The last non-empty line of a termination message (the trainer's one-line error when
+    the kubelet fell back to the log), cut to a readable length; none when it is the
+    trainer's checkpoint JSON."""
+    if not isinstance(message, str) or parse_termination_message(message) is not None:
+        return ""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def container_waiting(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) of the trainer container when the kubelet says why it cannot start
+    (an image that cannot be pulled, a missing Secret, ...); None otherwise."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != CONTAINER_NAME:
+            continue
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in WAITING_REASONS:
+            return str(waiting["reason"]), str(waiting.get("message") or "")[:300]
+    return None
 
 
 def _pending_detail(pod: Mapping[str, Any]) -> str:

@@ -306,6 +306,9 @@ def trainer_container(
         ],
         "resources": worker_resources(job, plan),
         "volumeMounts": mounts,
+        # A trainer that fails before writing its termination message (a config error's one
+        # line) still tells the job's status why: the log's tail stands in.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
