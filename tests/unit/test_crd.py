@@ -59,6 +59,7 @@ def test_crd_names_columns_and_status() -> None:
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Phase",
+        "Scheduling",
         "Workers",
         "Per-Worker",
         "Epoch",

@@ -15,6 +15,7 @@ from kubegan_trainer.model_options import MODELS, Kind, Option, unknown_reason
 from kubegan_operator.api.spec import (
     CROSS_FIELD_RULES,
     DNS_1035_PATTERN,
+    FROZEN_ONCE_STARTED,
     GROUP,
     INT64_MAX,
     INT64_MIN,
@@ -34,6 +35,13 @@ _DROPPED_KEYS = {"title", "additionalProperties", "$defs", "examples"}
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {
+        "name": "Scheduling",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Unschedulable")].reason',
+        "description": "Why the gang waits (NoFit, WaitingForCapacity, QueuedByKueue, ...) "
+        "or that it was placed (Planned, Scheduled)",
+    },
     {"name": "Workers", "type": "integer", "jsonPath": ".status.placement.workers"},
     {
         "name": "Per-Worker",
@@ -352,6 +360,7 @@ def crd() -> dict[str, Any]:
                                 "status": status_schema(),
                             },
                             "x-kubernetes-validations": [
+                                *frozen_rules(),
                                 {
                                     "rule": name_rule,
                                     "message": f"metadata.name must be a DNS-1035 label of at "
@@ -366,6 +375,23 @@ def crd() -> dict[str, Any]:
             ],
         },
     }
+
+
+def frozen_rules() -> list[dict[str, str]]:
+    """Transition rules: a started job's FROZEN_ONCE_STARTED fields cannot change (the
+    apiserver names the field). At the root, where the stored status is visible."""
+    started = "has(oldSelf.status) && has(oldSelf.status.startTime)"
+    return [
+        {
+            "rule": f"!({started}) || "
+            f"(has(self.spec.{f}) == has(oldSelf.spec.{f}) && "
+            f"(!has(self.spec.{f}) || self.spec.{f} == oldSelf.spec.{f}))",
+            "message": f"spec.{f} cannot change once the job has started; create a new job "
+            "(suspend, deadlines, placement, resources and cost may change)",
+            "fieldPath": f".spec.{f}",
+        }
+        for f in FROZEN_ONCE_STARTED
+    ]
 
 
 def crd_yaml() -> str:

@@ -350,6 +350,20 @@ def source_rules(
     )
 
 
+# Spec fields a job cannot change once it has started (status.startTime set): a running gang
+# was planned, configured and checkpointed from them, so a changed model, dataset or
+# checkpoint location would silently resume another job's state or none. The apiserver
+# refuses such an edit (CEL transition rules, api/crd.py); suspend, deadlines, placement,
+# resources and cost stay changeable.
+FROZEN_ONCE_STARTED: tuple[str, ...] = (
+    "framework",
+    "strategy",
+    "model",
+    "data",
+    "training",
+    "checkpoint",
+)
+
 CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
         ".resources",
