@@ -14,6 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubegan_trainer.contract import (
+    KUEUE_ADMISSION_GATE,
+    KUEUE_POD_GROUP_COUNT_ANNOTATION,
+    KUEUE_POD_GROUP_LABEL,
+    KUEUE_QUEUE_LABEL,
+)
 
 from tests.support.control_plane import PrivateCluster, private_control_plane
 from tests.support.kube import wait_for
@@ -29,10 +35,10 @@ from tests.support.kueue import (
     workloads,
 )
 
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+ADMISSION_GATE = KUEUE_ADMISSION_GATE
+QUEUE_LABEL = KUEUE_QUEUE_LABEL
+GROUP_LABEL = KUEUE_POD_GROUP_LABEL
+GROUP_COUNT_ANNOTATION = KUEUE_POD_GROUP_COUNT_ANNOTATION
 # hack/kwok/stages.yaml: a Running pod with this label completes (phase Succeeded).
 COMPLETE_LABEL = "pod-complete.stage.kwok.x-k8s.io"
 QUEUE = "team-a"
