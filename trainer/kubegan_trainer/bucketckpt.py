@@ -155,7 +155,7 @@ class BucketCheckpoints:
             problem = content_problem(name, entry, size, None)
             if problem is not None:
                 return f"{problem} (changed under its manifest)"
-            if etags.get(name) and etag and etags[name] != etag:
+            if etags.get(name) and etag and _etag(etags[name]) != _etag(etag):
                 return f"{name} changed under its manifest (its ETag differs)"
         return None
 
@@ -268,6 +268,11 @@ class BucketCheckpoints:
             keys = [f"{name}/{rel}" for rel in sorted(whole[name].objects, key=_manifest_last)]
             for key in keys:  # the manifest last: a half-deleted one is never taken as whole
                 self._call(f"prune {key}", lambda key=key: obstore.delete(self.store, key))
+
+
+def _etag(value: object) -> str:
+    """An ETag as compared: Azure's PUT answers it quoted and its listing bare."""
+    return str(value).removeprefix("W/").strip('"').lower()
 
 
 def _manifest_last(rel: str) -> tuple[bool, str]:

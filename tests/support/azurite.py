@@ -1,0 +1,132 @@
+"""An Azure Blob server for the tests: Azurite (npm `azurite`, installed once per version into
+the tool cache outside the repo), blob service only, on 127.0.0.1 on a leased free port,
+objects in memory.
+
+The trainer's client (obstore) reaches it as it reaches Azure, from the environment:
+`AZURE_STORAGE_USE_EMULATOR=true` and `AZURITE_BLOB_STORAGE_URL` (the client then uses
+Azurite's development account). Containers are created here with a Shared Key request signed
+with that account's key, which Microsoft publishes for the emulator (not a secret).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import fcntl
+import hashlib
+import hmac
+import os
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubegan_trainer.ports import reserve_port
+
+VERSION = "3.37.0"
+TOOLS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kubegan" / "tools"
+HOME = TOOLS / f"azurite-{VERSION}"
+BINARY = HOME / "node_modules" / ".bin" / "azurite-blob"
+ACCOUNT = "devstoreaccount1"
+# Azurite's documented development key (learn.microsoft.com, "Use Azurite"): public.
+DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+API_VERSION = "2021-08-06"
+START_SECONDS = 60.0
+
+
+def ensure_binary() -> Path:
+    """Azurite's blob server, `npm install`ed when this version is not cached yet."""
+    HOME.mkdir(parents=True, exist_ok=True)
+    with (HOME / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not BINARY.is_file():
+            subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", f"azurite@{VERSION}"],
+                cwd=HOME, check=True, timeout=900, capture_output=True,
+            )  # fmt: skip
+    return BINARY
+
+
+@dataclass
+class Azurite:
+    port: int
+    log_path: Path
+    proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, log_dir: Path) -> Azurite:
+        binary = ensure_binary()
+        server = cls(reserve_port(), Path(log_dir) / "azurite.log")
+        log = server.log_path.open("wb")
+        server.proc = subprocess.Popen(
+            [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(server.port),
+             "--inMemoryPersistence", "--skipApiVersionCheck"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        log.close()
+        server._wait()
+        return server
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise AssertionError(f"azurite did not start: {self.log_path.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def env(self) -> dict[str, str]:
+        return {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": self.endpoint}
+
+    def make_container(self, name: str | None = None) -> str:
+        """A new container, created with a Shared Key request (Azure's REST API)."""
+        import urllib.request
+
+        name = name or f"kubegan-{uuid.uuid4().hex[:12]}"
+        date = datetime.datetime.now(datetime.UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
+        to_sign = (
+            "PUT\n" + "\n" * 11 + f"x-ms-date:{date}\nx-ms-version:{API_VERSION}\n"
+            f"/{ACCOUNT}/{ACCOUNT}/{name}\nrestype:container"
+        )
+        mac = hmac.new(base64.b64decode(DEV_KEY), to_sign.encode(), hashlib.sha256).digest()
+        req = urllib.request.Request(
+            f"{self.endpoint}/{ACCOUNT}/{name}?restype=container",
+            method="PUT",
+            headers={
+                "x-ms-date": date,
+                "x-ms-version": API_VERSION,
+                "Authorization": f"SharedKey {ACCOUNT}:{base64.b64encode(mac).decode()}",
+                "Content-Length": "0",
+            },
+        )
+        urllib.request.urlopen(req, timeout=10).close()
+        return name
+
+
+def azurite_fixture(tmp_path_factory) -> Iterator[Azurite]:  # type: ignore[no-untyped-def]
+    server = Azurite.start(tmp_path_factory.mktemp("azurite"))
+    try:
+        yield server
+    finally:
+        server.stop()
