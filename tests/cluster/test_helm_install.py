@@ -25,16 +25,19 @@ from tests.support.kube import KUBECONFIG, Kubectl
 
 pytestmark = pytest.mark.timeout(600)
 
-# kube.py: delete_job, patch_status, create (pods, services, config maps), lift_gates,
-# delete_pod, event; kopf: list+watch of what it indexes (gantrainingjobs, pods, nodes, the
-# jobs' services and config maps) and event posting; leader.py: the Lease, in the release
+# kube.py: delete_job, patch_status, create (pods, services, config maps), lift_gates (get:
+# re-read when the gate list changed), delete_pod, event, kueue_objects (a queued job's
+# Workload and LocalQueue); kopf: list+watch of what it indexes (gantrainingjobs, pods, nodes,
+# the jobs' services and config maps) and event posting; leader.py: the Lease, in the release
 # namespace only.
 NAMESPACED = (
     {("gantrainingjobs.kubegan.io", v) for v in ("delete", "list", "watch")}
     | {("gantrainingjobs.kubegan.io/status", "patch")}
-    | {("pods", v) for v in ("create", "delete", "list", "patch", "watch")}
+    | {("pods", v) for v in ("create", "delete", "get", "list", "patch", "watch")}
     | {(r, v) for r in ("configmaps", "services") for v in ("create", "list", "watch")}
     | {("events", "create")}
+    | {("workloads.kueue.x-k8s.io", v) for v in ("get", "list", "watch")}
+    | {("localqueues.kueue.x-k8s.io", "get")}
 )
 CLUSTER_WIDE = {("nodes", "list"), ("nodes", "watch")}
 

@@ -17,6 +17,7 @@ from kubegan_trainer.contract import (
     KUEUE_POD_GROUP_LABEL,
     KUEUE_PRIORITY_CLASS_LABEL,
     KUEUE_QUEUE_LABEL,
+    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
     KUEUE_TERMINATION_CONDITION,
 )
 
@@ -81,6 +82,8 @@ def test_workers_of_a_queued_job_are_one_pod_group_per_attempt() -> None:
         assert p["metadata"]["labels"][KUEUE_QUEUE_LABEL] == QUEUE
         assert p["metadata"]["labels"][KUEUE_PRIORITY_CLASS_LABEL] == "high"
         assert p["metadata"]["annotations"][KUEUE_POD_GROUP_COUNT_ANNOTATION] == "2"
+        # kubegan replaces a whole gang, never one worker: Kueue must not wait for one.
+        assert p["metadata"]["annotations"][KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] == "false"
         assert p["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
 
 

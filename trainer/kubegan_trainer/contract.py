@@ -236,6 +236,9 @@ KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 # The pod set a group member belongs to; every worker one set, however their affinities differ.
 KUEUE_ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
+# "false": the group is finished once no member runs; kubegan never replaces one worker of a
+# gang (it starts a new group), so Kueue must not hold the quota waiting for a replacement.
+KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"  # Kueue's own: never lifted by kubegan
 KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # on managed pods until Kueue has counted them
 # The pod condition Kueue sets on the pods of a Workload it stops (reason WorkloadEvicted, ...).

@@ -49,10 +49,11 @@ def queue_wait(
 
 
 def _workload_message(status: Mapping[str, Any]) -> str:
+    """Kueue's words: why it evicted the Workload, else why it reserves no quota for it."""
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     for kind in _WAIT_CONDITIONS:
         c = conditions.get(kind)
         wanted = "True" if kind == "Evicted" else "False"
         if c and c.get("status") == wanted and c.get("message"):
             return str(c["message"])[:500]
-    return "waiting for quota"
+    return "no word from Kueue yet"

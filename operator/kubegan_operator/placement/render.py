@@ -31,6 +31,7 @@ from kubegan_trainer.contract import (
     KUEUE_POD_GROUP_LABEL,
     KUEUE_PRIORITY_CLASS_LABEL,
     KUEUE_QUEUE_LABEL,
+    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
     KUEUE_ROLE_HASH_ANNOTATION,
     PLANNED_NODE_ANNOTATION,
     PLANNED_NODES_ANNOTATION,
@@ -380,6 +381,7 @@ def kueue_group(
     annotations = {
         KUEUE_POD_GROUP_COUNT_ANNOTATION: str(plan.workers),
         KUEUE_ROLE_HASH_ANNOTATION: KUEUE_ROLE,
+        KUEUE_RETRIABLE_IN_GROUP_ANNOTATION: "false",
     }
     return labels, annotations
 
