@@ -198,6 +198,20 @@ CASES: tuple[CelCase, ...] = (
         ),
     ),
     CelCase(
+        "spec.checkpoint.credentialsSecret",
+        "credentialsSecret is only for a bucket (checkpoint.uri)",
+        refused=(_spec(checkpoint={"credentialsSecret": "bucket-keys"}),),
+        accepted=(
+            _spec(
+                checkpoint={
+                    "claimName": None,
+                    "uri": "s3://bucket/p",
+                    "credentialsSecret": "bucket-keys",
+                }
+            ),
+        ),
+    ),
+    CelCase(
         "spec.checkpoint.endpoint",
         "endpoint is only for s3:// URIs",
         refused=(

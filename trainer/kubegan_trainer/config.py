@@ -264,6 +264,14 @@ class CheckpointSpec(ApiModel):
         pattern=ENDPOINT_PATTERN,
         description="An S3-compatible store's endpoint (s3:// URIs only).",
     )
+    credentials_secret: str = Field(
+        default="",
+        max_length=253,
+        pattern=CLAIM_NAME_PATTERN,
+        description="A Secret in the job's namespace with the bucket's credentials under "
+        "fixed keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY, ...; "
+        "docs/api.md), for stores without workload identity. Only with uri.",
+    )
     interval_epochs: int = Field(default=1, ge=1, le=INT64_MAX)
     interval_minutes: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(
         default=None, description="Also checkpoint mid-epoch at step boundaries this often."

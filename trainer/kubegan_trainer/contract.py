@@ -29,6 +29,19 @@ ENV_CHECKPOINT_URI = "KUBEGAN_CHECKPOINT_URI"
 # An S3-compatible store's endpoint; the standard AWS variable is honoured as the AWS tools do.
 ENV_CHECKPOINT_ENDPOINT = "KUBEGAN_CHECKPOINT_ENDPOINT"
 ENV_AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"
+# The keys a job's spec.checkpoint.credentialsSecret may hold (for S3-compatible stores and
+# Azure account keys, where no workload identity exists); each reaches the trainer as the
+# variable of the same name, which the clouds' SDK chains read. Values are never logged.
+BUCKET_CREDENTIAL_KEYS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+)
 ENV_OUTPUT_DIR = "KUBEGAN_OUTPUT_DIR"
 ENV_METRICS_PORT = "KUBEGAN_METRICS_PORT"
 ENV_COST_RATE_PER_HOUR = "KUBEGAN_COST_RATE_PER_HOUR"  # the job's USD per hour

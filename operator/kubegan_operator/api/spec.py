@@ -437,6 +437,12 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
         lambda s: s.checkpoint.claim_name == "" or s.checkpoint.uri == "",
     ),
     CrossFieldRule(
+        ".checkpoint.credentialsSecret",
+        "credentialsSecret is only for a bucket (checkpoint.uri)",
+        "self.checkpoint.credentialsSecret == '' || self.checkpoint.uri != ''",
+        lambda s: s.checkpoint.credentials_secret == "" or s.checkpoint.uri != "",
+    ),
+    CrossFieldRule(
         ".checkpoint.endpoint",
         "endpoint is only for s3:// URIs",
         "self.checkpoint.endpoint == '' || self.checkpoint.uri.startsWith('s3://')",

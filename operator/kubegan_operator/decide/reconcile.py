@@ -92,6 +92,7 @@ class Reason(StrEnum):
     deadline_exceeded = "DeadlineExceeded"
     no_claim = "NoClaim"
     claim_mounted = "ClaimMounted"
+    bucket_configured = "BucketConfigured"
     no_fit = "NoFit"
     waiting_for_capacity = "WaitingForCapacity"
     scale_up_requested = "ScaleUpRequested"
@@ -387,8 +388,15 @@ def deadline(c: Context) -> bool:
 def record_start(c: Context) -> bool:
     if c.st.start_time is None:
         c.st.start_time = c.ts
-    claim = c.job.spec.checkpoint.claim_name
-    if claim:
+    claim, uri = c.job.spec.checkpoint.claim_name, c.job.spec.checkpoint.uri
+    if uri:
+        c.condition(
+            ConditionType.checkpoints_persistent,
+            True,
+            Reason.bucket_configured,
+            f"checkpoints in {uri}",
+        )
+    elif claim:
         c.condition(
             ConditionType.checkpoints_persistent,
             True,

@@ -16,6 +16,7 @@ from kubegan_trainer.config import Framework
 # Label keys, names, paths and ports are the contract's; callers also find JOB_NAME_LABEL here.
 from kubegan_trainer.contract import (
     ATTEMPT_LABEL,
+    BUCKET_CREDENTIAL_KEYS,
     CHECKPOINT_ROOT,
     CHECKPOINT_SUBDIR,
     CONFIG_DIR,
@@ -233,7 +234,25 @@ def worker_env(
         )
     )
     # The root filesystem is read-only: libraries that write under $HOME get the tmp volume.
-    return [*({"name": k, "value": v} for k, v in env.items()), {"name": "HOME", "value": "/tmp"}]
+    return [
+        *({"name": k, "value": v} for k, v in env.items()),
+        {"name": "HOME", "value": "/tmp"},
+        *bucket_credentials(spec.checkpoint.credentials_secret),
+    ]
+
+
+def bucket_credentials(secret: str) -> list[dict[str, Any]]:
+    """The bucket's credentials from the job's Secret: each fixed key, when the Secret has it,
+    as the variable of that name (never a value in the pod spec, never logged)."""
+    if not secret:
+        return []
+    return [
+        {
+            "name": key,
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}},
+        }
+        for key in BUCKET_CREDENTIAL_KEYS
+    ]
 
 
 def worker_resources(job: GANTrainingJob, plan: Plan) -> dict[str, dict[str, str]]:
