@@ -20,7 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubegan_trainer.contract import TF_WORKER_PORT, TORCH_MASTER_PORT, TPU_WORKER_PORT
+from kubegan_operator.api.podtemplate import ENV_RULES, MOUNT_RULES, VOLUME_RULES
+from kubegan_trainer.contract import (
+    CHECKPOINT_ROOT,
+    ENV_JOB_NAME,
+    ENV_MASTER_ADDR,
+    JOB_NAME_LABEL,
+    KUEUE_QUEUE_LABEL,
+    PLANNED_NODE_ANNOTATION,
+    TF_WORKER_PORT,
+    TORCH_MASTER_PORT,
+    TPU_WORKER_PORT,
+)
 from kubegan_trainer.model_options import unknown_reason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +92,170 @@ def _unknown_option(model: str, option: str, value: Any, reader: str) -> CelCase
 
 def _toleration(**fields: Any) -> Patch:
     return _spec(placement={"tolerations": [{"key": "example.com/pool", **fields}]})
+
+
+def _pod(**fields: Any) -> Patch:
+    """spec.podTemplate.spec with `fields`."""
+    return _spec(podTemplate={"spec": fields})
+
+
+def _meta(**fields: Any) -> Patch:
+    return _spec(podTemplate={"metadata": fields})
+
+
+def _env(**var: Any) -> Patch:
+    return _pod(env=[var])
+
+
+def _volume(**volume: Any) -> Patch:
+    return _pod(volumes=[volume])
+
+
+def _mount(path: str) -> Patch:
+    return _pod(
+        volumes=[{"name": "gcs", "csi": _GCS}], volumeMounts=[{"name": "gcs", "mountPath": path}]
+    )
+
+
+def _security(**fields: Any) -> Patch:
+    return _pod(securityContext=fields)
+
+
+_GCS = {"driver": "gcsfuse.csi.storage.gke.io", "volumeAttributes": {"bucketName": "b"}}
+_KEYS = (
+    "keys under kubegan.io/ and kueue.x-k8s.io/ are kubegan's and Kueue's own (a job joins "
+    "a Kueue queue by its own metadata.labels)"
+)
+_WIDENS = "would widen what a worker may do"
+_SECRET = {"secretKeyRef": {"name": "proxy", "key": "url"}}
+_POD = "spec.podTemplate.spec"
+
+# spec.podTemplate (issue 27): kubegan's own names and anything that widens a worker.
+POD_TEMPLATE_CASES: tuple[CelCase, ...] = (
+    CelCase(
+        "spec.podTemplate.metadata.labels",
+        _KEYS,
+        refused=(
+            _meta(labels={JOB_NAME_LABEL: "x"}),
+            _meta(labels={KUEUE_QUEUE_LABEL: "q"}),
+        ),
+        accepted=(_meta(labels={"team": "gan", "example.com/cost-center": "ml"}),),
+    ),
+    CelCase(
+        "spec.podTemplate.metadata.annotations",
+        _KEYS,
+        refused=(_meta(annotations={PLANNED_NODE_ANNOTATION: "n"}),),
+        accepted=(_meta(annotations={"gke-gcsfuse/volumes": "true"}),),
+    ),
+    CelCase(
+        "spec.podTemplate.metadata.labels",
+        "keys must be Kubernetes label keys",
+        refused=(_meta(labels={"-team": "a"}),),
+        accepted=(_meta(labels={"example.com/team": "a"}),),
+        same_words=False,
+    ),
+    CelCase(
+        "spec.podTemplate.metadata.annotations",
+        "keys must be Kubernetes label keys",
+        refused=(_meta(annotations={"a/b/c": "x"}),),
+        accepted=(_meta(annotations={"example.com/note": "x"}),),
+        same_words=False,
+    ),
+    CelCase(
+        f"{_POD}.env[0].name",
+        ENV_RULES[0].message,
+        refused=(
+            _env(name=ENV_JOB_NAME, value="other"),
+            _env(name="KUBEGAN_ANYTHING", value="1"),
+            _env(name=ENV_MASTER_ADDR, value="10.0.0.1"),
+            _env(name="HOME", value="/mnt"),
+        ),
+        accepted=(
+            _env(name="NCCL_DEBUG", value="INFO"),
+            _env(name="HTTPS_PROXY", valueFrom=_SECRET),
+        ),
+    ),
+    CelCase(
+        f"{_POD}.env[0]",
+        "value and valueFrom cannot both be set",
+        refused=(_env(name="A", value="x", valueFrom=_SECRET),),
+        accepted=(_env(name="A", value="x"), _env(name="A", valueFrom=_SECRET)),
+    ),
+    CelCase(
+        f"{_POD}.env[0].valueFrom",
+        "exactly one of secretKeyRef, configMapKeyRef or fieldRef must be set",
+        refused=(
+            _env(name="A", valueFrom={}),
+            _env(name="A", valueFrom={**_SECRET, "fieldRef": {"fieldPath": "metadata.name"}}),
+        ),
+        accepted=(
+            _env(name="A", valueFrom={"fieldRef": {"fieldPath": "status.hostIP"}}),
+            _env(name="A", valueFrom={"configMapKeyRef": {"name": "nccl", "key": "ifname"}}),
+        ),
+    ),
+    CelCase(
+        f"{_POD}.volumes[0]",
+        VOLUME_RULES[0].message,
+        refused=(_volume(name="x"), _volume(name="x", emptyDir={}, secret={"secretName": "s"})),
+        accepted=(_volume(name="x", secret={"secretName": "s"}), _volume(name="x", csi=_GCS)),
+    ),
+    CelCase(
+        f"{_POD}.volumes[0].name",
+        VOLUME_RULES[1].message,
+        refused=(_volume(name="checkpoints", emptyDir={}), _volume(name="config", emptyDir={})),
+        accepted=(_volume(name="scratch", emptyDir={}),),
+    ),
+    CelCase(
+        f"{_POD}.volumes",
+        "volume names must be unique",
+        refused=(_pod(volumes=[{"name": "a", "emptyDir": {}}, {"name": "a", "csi": _GCS}]),),
+        accepted=(_pod(volumes=[{"name": "a", "emptyDir": {}}, {"name": "b", "csi": _GCS}]),),
+    ),
+    CelCase(
+        f"{_POD}.volumeMounts",
+        "every volumeMount names one of spec.podTemplate.spec.volumes",
+        refused=(_pod(volumeMounts=[{"name": "gcs", "mountPath": "/mnt/gcs"}]),),
+        accepted=(_mount("/mnt/gcs"),),
+    ),
+    CelCase(
+        f"{_POD}.volumeMounts[0].mountPath",
+        MOUNT_RULES[0].message,
+        refused=(_mount(CHECKPOINT_ROOT), _mount(f"{CHECKPOINT_ROOT}/gcs"), _mount("/tmp")),
+        accepted=(_mount("/checkpoints2"), _mount("/mnt/gcs")),
+    ),
+    CelCase(
+        f"{_POD}.securityContext.seccompProfile.localhostProfile",
+        "localhostProfile is set with type Localhost, and only then",
+        refused=(
+            _security(seccompProfile={"type": "Localhost"}),
+            _security(seccompProfile={"type": "RuntimeDefault", "localhostProfile": "p.json"}),
+        ),
+        accepted=(_security(seccompProfile={"type": "Localhost", "localhostProfile": "p.json"}),),
+    ),
+    CelCase(
+        f"{_POD}.securityContext.capabilities.add",
+        f"capabilities can only be dropped: adding one {_WIDENS}",
+        refused=(_security(capabilities={"add": ["NET_ADMIN"]}),),
+        accepted=(
+            _security(capabilities={"drop": ["NET_RAW"]}),
+            _security(capabilities={"add": []}),
+        ),
+    ),
+    *(
+        CelCase(
+            f"{_POD}.securityContext.{field}",
+            f"{field} can only be {ok}: {bad} {_WIDENS}",
+            refused=(_security(**{field: bad == "true"}),),
+            accepted=(_security(**{field: ok == "true"}), _security(runAsUser=2000)),
+        )
+        for field, ok, bad in (
+            ("privileged", "false", "true"),
+            ("allowPrivilegeEscalation", "false", "true"),
+            ("runAsNonRoot", "true", "false"),
+            ("readOnlyRootFilesystem", "true", "false"),
+        )
+    ),
+)
 
 
 # GAN3D's resources turned into a TPU slice.
@@ -342,6 +517,7 @@ CASES: tuple[CelCase, ...] = (
     _unknown_option("acgan", "dataKind", "images", reader="custom"),
     _unknown_option("pix2pix", "dataKind", "paired", reader="custom"),
     _unknown_option("gan3d", "dataKind", "showers", reader="custom"),
+    *POD_TEMPLATE_CASES,
 )
 
 

@@ -55,6 +55,11 @@ ENV_TF_LOGICAL_CPUS = "KUBEGAN_TF_LOGICAL_CPUS"
 # The Helm chart's trainerImages reach the operator as these.
 ENV_TRAINER_IMAGE_TORCH = "KUBEGAN_TRAINER_IMAGE_TORCH"
 ENV_TRAINER_IMAGE_TF = "KUBEGAN_TRAINER_IMAGE_TF"
+# "true" on the operator (the chart's workers.allowHostPath) lets spec.podTemplate mount
+# hostPath volumes; anything else refuses them.
+ENV_ALLOW_HOST_PATH = "KUBEGAN_ALLOW_HOST_PATH"
+# Every variable of kubegan's own begins so: spec.podTemplate.spec.env cannot set one.
+ENV_PREFIX = "KUBEGAN_"
 
 # The frameworks' own variables, as the operator and `kubegan run` set them.
 ENV_TF_CONFIG = "TF_CONFIG"

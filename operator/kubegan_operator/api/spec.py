@@ -35,6 +35,7 @@ from kubegan_trainer.contract import PEER_PORTS, WORKER_SUFFIX
 from pydantic import Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from kubegan_operator.api.podtemplate import PodTemplateSpec
 from kubegan_operator.foundation import cel
 from kubegan_operator.foundation.topology import parse_quantity
 
@@ -526,6 +527,12 @@ class GANTrainingJobSpec(ApiModel):
     cost: CostSpec = Field(default_factory=CostSpec, json_schema_extra={"default": {}})
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, json_schema_extra={"default": {}}
+    )
+    pod_template: PodTemplateSpec | None = Field(
+        default=None,
+        description="Added to every worker: labels, annotations, service account, pull "
+        "secrets, priority class, volumes, and the trainer's env, mounts and a tighter "
+        "securityContext (docs/api.md).",
     )
 
     @model_validator(mode="after")

@@ -19,11 +19,9 @@ from kubegan_trainer.contract import (
     BUCKET_CREDENTIAL_KEYS,
     CHECKPOINT_ROOT,
     CHECKPOINT_SUBDIR,
-    CONFIG_DIR,
     CONFIG_FILE,
     CONFIG_PATH,
     CONTAINER_NAME,
-    DATA_ROOT,
     ENV_TRAINER_IMAGE_TF,
     ENV_TRAINER_IMAGE_TORCH,
     GANG_GATE,
@@ -48,6 +46,16 @@ from kubegan_trainer.contract import (
 )
 
 from kubegan_operator import __version__
+from kubegan_operator.api.podtemplate import (
+    CHECKPOINT_VOLUME,
+    CONFIG_VOLUME,
+    DATA_VOLUME,
+    HOME_ENV,
+    KUBEGAN_MOUNTS,
+    SHM_VOLUME,
+    TMP_VOLUME,
+    PodTemplateSpec,
+)
 from kubegan_operator.api.spec import API_VERSION, KIND, GANTrainingJob, SpotPolicy
 from kubegan_operator.foundation.topology import (
     GPU_RESOURCE,
@@ -236,7 +244,7 @@ def worker_env(
     # The root filesystem is read-only: libraries that write under $HOME get the tmp volume.
     return [
         *({"name": k, "value": v} for k, v in env.items()),
-        {"name": "HOME", "value": "/tmp"},
+        {"name": HOME_ENV[0], "value": HOME_ENV[1]},
         *bucket_credentials(spec.checkpoint.credentials_secret),
     ]
 
@@ -277,30 +285,32 @@ def worker_volumes(job: GANTrainingJob) -> tuple[list[dict[str, Any]], list[dict
     spec = job.spec
     claim = spec.checkpoint.claim_name
     volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": config_map_name(job.metadata.name)}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(job.metadata.name)}},
+        {"name": TMP_VOLUME, "emptyDir": {}},
         # NCCL and DataLoader workers need more shared memory than the runtime's 64 MiB.
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
         # Without a claim, checkpoints live as long as the pod (a condition says so).
         {
-            "name": "checkpoints",
+            "name": CHECKPOINT_VOLUME,
             **({"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}),
         },
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": "tmp", "mountPath": "/tmp"},
-        {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "checkpoints", "mountPath": CHECKPOINT_ROOT},
+        {"name": CONFIG_VOLUME, "mountPath": KUBEGAN_MOUNTS[CONFIG_VOLUME], "readOnly": True},
+        {"name": TMP_VOLUME, "mountPath": KUBEGAN_MOUNTS[TMP_VOLUME]},
+        {"name": SHM_VOLUME, "mountPath": KUBEGAN_MOUNTS[SHM_VOLUME]},
+        {"name": CHECKPOINT_VOLUME, "mountPath": KUBEGAN_MOUNTS[CHECKPOINT_VOLUME]},
     ]
     if spec.data.claim_name:
         volumes.append(
             {
-                "name": "data",
+                "name": DATA_VOLUME,
                 "persistentVolumeClaim": {"claimName": spec.data.claim_name, "readOnly": True},
             }
         )
-        mounts.append({"name": "data", "mountPath": DATA_ROOT, "readOnly": True})
+        mounts.append(
+            {"name": DATA_VOLUME, "mountPath": KUBEGAN_MOUNTS[DATA_VOLUME], "readOnly": True}
+        )
     return volumes, mounts
 
 
@@ -454,7 +464,10 @@ def render_pod(
     queue_labels, queue_annotations = kueue_group(job, plan, uid, attempt)
     meta["labels"].update(queue_labels)
     meta["annotations"].update(queue_annotations)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    if job.spec.pod_template is not None:
+        apply_pod_template(pod, job.spec.pod_template)
+    return pod
 
 
 def render_all(
@@ -475,3 +488,44 @@ def render_all(
             for i in range(plan.workers)
         ),
     ]
+
+
+# ---- spec.podTemplate (issue 27) --------------------------------------------------------------
+
+
+def _tighter_security_context(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """The trainer's securityContext with the template's over it. The API admits only fields
+    that equal or tighten kubegan's (api/podtemplate.py), so the template's win, except that
+    kubegan's capability drop of ALL stays whatever else is dropped."""
+    merged = {**ours, **theirs}
+    drop = ours["capabilities"]["drop"]
+    extra = [c for c in theirs.get("capabilities", {}).get("drop", []) if c not in drop]
+    merged["capabilities"] = {"drop": [*drop, *extra]}
+    return merged
+
+
+def apply_pod_template(pod: dict[str, Any], template: PodTemplateSpec) -> None:
+    """Add a job's spec.podTemplate to one worker pod: labels and annotations (kubegan's own
+    win), the pod fields, and for the trainer its env after kubegan's (the API refuses
+    kubegan's names, so nothing is overridden), mounts and a tighter securityContext.
+
+    The service account token stays unmounted (automountServiceAccountToken false): a
+    workload-identity token reaches the trainer through a projected volume the template adds."""
+    meta, spec = pod["metadata"], pod["spec"]
+    meta["labels"] = {**template.metadata.labels, **meta["labels"]}
+    meta["annotations"] = {**template.metadata.annotations, **meta.get("annotations", {})}
+    t = template.spec
+    if t.service_account_name:
+        spec["serviceAccountName"] = t.service_account_name
+    if t.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s.name} for s in t.image_pull_secrets]
+    if t.priority_class_name:
+        spec["priorityClassName"] = t.priority_class_name
+    spec["volumes"] = [*spec["volumes"], *(v.to_api() for v in t.volumes)]
+    container = spec["containers"][0]
+    container["env"] = [*container["env"], *(e.to_api() for e in t.env)]
+    container["volumeMounts"] = [*container["volumeMounts"], *(m.to_api() for m in t.volume_mounts)]
+    if t.security_context is not None:
+        container["securityContext"] = _tighter_security_context(
+            container["securityContext"], t.security_context.to_api()
+        )

@@ -1,0 +1,218 @@
+"""spec.podTemplate (issue 27): what a team adds reaches every worker, and nothing it adds
+overrides kubegan's names or widens what a worker may do. `kubegan validate` refuses each
+forbidden use with the field's path; tests/support/cel_cases.py holds the CRD (and, in the
+cluster tier, the real apiserver) to the same paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubegan_operator.api.podtemplate import KUBEGAN_MOUNTS, RESERVED_ENV
+from kubegan_operator.api.spec import decode_job
+from kubegan_operator.entry.cli import main
+from kubegan_operator.placement.planner import static_plan
+from kubegan_operator.placement.render import render_all
+from kubegan_trainer import contract
+
+from tests.support.cel_cases import merge_patch
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = yaml.safe_load((ROOT / "examples" / "digits-local.yaml").read_text())
+K8S_SCHEMA_VERSION = "1.36.0"
+
+EVERYTHING: dict[str, Any] = {
+    "metadata": {
+        "labels": {"team": "gan", "app.kubernetes.io/name": "mine"},
+        "annotations": {"gke-gcsfuse/volumes": "true"},
+    },
+    "spec": {
+        "serviceAccountName": "gan-trainer",
+        "imagePullSecrets": [{"name": "registry"}],
+        "priorityClassName": "batch-high",
+        "volumes": [
+            {"name": "settings", "configMap": {"name": "nccl-settings"}},
+            {"name": "gcs", "csi": {"driver": "gcsfuse.csi.storage.gke.io", "readOnly": True}},
+            {
+                "name": "token",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"path": "token", "audience": "sts.example"}}
+                    ]
+                },
+            },
+        ],
+        "env": [
+            {"name": "NCCL_DEBUG", "value": "INFO"},
+            {"name": "HTTPS_PROXY", "valueFrom": {"secretKeyRef": {"name": "p", "key": "url"}}},
+            {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        ],
+        "volumeMounts": [
+            {"name": "settings", "mountPath": "/etc/nccl", "readOnly": True},
+            {"name": "gcs", "mountPath": "/mnt/gcs", "subPath": "runs/a"},
+            {"name": "token", "mountPath": "/var/run/identity", "readOnly": True},
+        ],
+        "securityContext": {
+            "runAsUser": 2000,
+            "runAsGroup": 2000,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/gan.json"},
+            "capabilities": {"drop": ["NET_RAW", "ALL"]},
+        },
+    },
+}
+
+
+def job_with(template: dict[str, Any]) -> dict[str, Any]:
+    return merge_patch(BASE, {"spec": {"podTemplate": template}})
+
+
+def pods(template: dict[str, Any]) -> list[dict[str, Any]]:
+    job = decode_job(job_with(template))
+    objs = render_all(job, static_plan(job.spec), uid="u-1", attempt=1)
+    return [o for o in objs if o["kind"] == "Pod"]
+
+
+def test_every_field_reaches_every_worker() -> None:
+    workers = pods(EVERYTHING)
+    assert len(workers) == 2
+    want = EVERYTHING["spec"]
+    for pod in workers:
+        kubernetes_validate.validate(pod, K8S_SCHEMA_VERSION, strict=True)
+        meta, spec = pod["metadata"], pod["spec"]
+        assert meta["labels"]["team"] == "gan"
+        # kubegan's own labels win over the template's.
+        assert meta["labels"]["app.kubernetes.io/name"] == "kubegan-trainer"
+        assert meta["annotations"]["gke-gcsfuse/volumes"] == "true"
+        assert contract.PLANNED_NODES_ANNOTATION in meta["annotations"]
+        assert spec["serviceAccountName"] == "gan-trainer"
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["imagePullSecrets"] == [{"name": "registry"}]
+        assert spec["priorityClassName"] == "batch-high"
+        names = [v["name"] for v in spec["volumes"]]
+        assert names[: len(names) - 3] == [v for v in KUBEGAN_MOUNTS if v != "data"]
+        assert spec["volumes"][-3:] == want["volumes"]
+        (trainer,) = spec["containers"]
+        env = [e["name"] for e in trainer["env"]]
+        # The template's variables come after kubegan's, which they cannot name.
+        assert env[-3:] == ["NCCL_DEBUG", "HTTPS_PROXY", "NODE_IP"]
+        assert contract.ENV_JOB_NAME in env[:-3]
+        assert trainer["env"][-3:] == want["env"]
+        assert trainer["volumeMounts"][-3:] == want["volumeMounts"]
+        sc = trainer["securityContext"]
+        assert sc["runAsUser"] == sc["runAsGroup"] == 2000
+        assert sc["seccompProfile"] == want["securityContext"]["seccompProfile"]
+        assert sc["capabilities"] == {"drop": ["ALL", "NET_RAW"]}
+        assert "privileged" not in sc
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True
+
+
+def test_a_template_of_only_labels_leaves_the_rest_as_kubegan_has_it() -> None:
+    (plain, *_) = pods({})
+    (labelled, *_) = pods({"metadata": {"labels": {"team": "gan"}}})
+    assert labelled["spec"] == plain["spec"]
+    assert labelled["metadata"]["labels"] == {**plain["metadata"]["labels"], "team": "gan"}
+
+
+def _validate(tmp_path: Path, template: dict[str, Any], capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_with(template)))
+    code = main(["validate", str(path)])
+    out, err = capsys.readouterr()
+    return code, out.strip(), err.splitlines()
+
+
+P = "spec.podTemplate.spec"
+FORBIDDEN = {
+    "privileged": (
+        {"spec": {"securityContext": {"privileged": True}}},
+        f"{P}.securityContext.privileged: privileged can only be false",
+    ),
+    "hostPath": (
+        {"spec": {"volumes": [{"name": "host", "hostPath": {"path": "/var/lib"}}]}},
+        f"{P}.volumes[0].hostPath: hostPath volumes are refused by this operator",
+    ),
+    "kubegan variable": (
+        {
+            "spec": {
+                "env": [{"name": "x", "value": "1"}, {"name": contract.ENV_CONFIG, "value": "/x"}]
+            }
+        },
+        f"{P}.env[1].name: variables under {contract.ENV_PREFIX}",
+    ),
+    "framework variable": (
+        {"spec": {"env": [{"name": contract.ENV_MASTER_PORT, "value": "1"}]}},
+        f"{P}.env[0].name: variables under {contract.ENV_PREFIX}",
+    ),
+    "colliding volume": (
+        {"spec": {"volumes": [{"name": "dshm", "emptyDir": {}}]}},
+        f"{P}.volumes[0].name: config, tmp, dshm, checkpoints, data are kubegan's own volumes",
+    ),
+    "mount over /checkpoints": (
+        {
+            "spec": {
+                "volumes": [{"name": "c", "emptyDir": {}}],
+                "volumeMounts": [{"name": "c", "mountPath": contract.CHECKPOINT_ROOT}],
+            }
+        },
+        f"{P}.volumeMounts[0].mountPath: /etc/kubegan, /tmp, /dev/shm, /checkpoints, /data",
+    ),
+    "added capability": (
+        {"spec": {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}},
+        f"{P}.securityContext.capabilities.add: capabilities can only be dropped",
+    ),
+    "root": (
+        {"spec": {"securityContext": {"runAsUser": 0}}},
+        f"{P}.securityContext.runAsUser: input should be greater than or equal to 1",
+    ),
+    "kubegan label": (
+        {"metadata": {"labels": {contract.ATTEMPT_LABEL: "0"}}},
+        "spec.podTemplate.metadata.labels: keys under kubegan.io/",
+    ),
+    "secret through the downward API": (
+        {"spec": {"env": [{"name": "T", "valueFrom": {"fieldRef": {"fieldPath": "spec.x"}}}]}},
+        f"{P}.env[0].valueFrom.fieldRef.fieldPath: ",
+    ),
+    "unknown volume source": (
+        {"spec": {"volumes": [{"name": "n", "nfs": {"server": "a", "path": "/"}}]}},
+        f"{P}.volumes[0].nfs: unknown field",
+    ),
+}
+
+
+@pytest.mark.parametrize("what", FORBIDDEN)
+def test_validate_refuses_with_the_field_path(
+    what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(contract.ENV_ALLOW_HOST_PATH, raising=False)
+    template, line = FORBIDDEN[what]
+    code, out, lines = _validate(tmp_path, template, capsys)
+    assert code == 2, out
+    assert len(lines) == 1 and lines[0].startswith(line), lines
+
+
+def test_host_path_only_where_the_operator_allows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    template = FORBIDDEN["hostPath"][0]
+    monkeypatch.setenv(contract.ENV_ALLOW_HOST_PATH, "true")
+    assert _validate(tmp_path, template, capsys) == (0, "valid", [])
+    monkeypatch.setenv(contract.ENV_ALLOW_HOST_PATH, "yes")
+    assert _validate(tmp_path, template, capsys)[0] == 2
+
+
+def test_reserved_names_are_what_a_worker_has() -> None:
+    # Read off the rendered workers: every variable and volume kubegan sets is refused.
+    job = decode_job(merge_patch(BASE, {"spec": {"data": {"claimName": "d"}, "podTemplate": {}}}))
+    (pod, *_) = [o for o in render_all(job, static_plan(job.spec)) if o["kind"] == "Pod"]
+    env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+    assert {n for n in env if not n.startswith(contract.ENV_PREFIX)} <= set(RESERVED_ENV)
+    assert {v["name"] for v in pod["spec"]["volumes"]} == set(KUBEGAN_MOUNTS)
+    mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts == set(KUBEGAN_MOUNTS.values())
