@@ -144,7 +144,7 @@ POD_TEMPLATE_CASES: tuple[CelCase, ...] = (
     CelCase(
         "spec.podTemplate.metadata.annotations",
         _KEYS,
-        refused=(_meta(annotations={PLANNED_NODE_ANNOTATION: "n"}),),
+        refused=(_meta(annotations={PLANNED_NODE_ANNOTATION: "node-a"}),),
         accepted=(_meta(annotations={"gke-gcsfuse/volumes": "true"}),),
     ),
     CelCase(
