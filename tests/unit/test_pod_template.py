@@ -13,12 +13,14 @@ import pytest
 import yaml
 from kubegan_operator.api.podtemplate import KUBEGAN_MOUNTS, RESERVED_ENV
 from kubegan_operator.api.spec import decode_job
+from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.entry.cli import main
 from kubegan_operator.placement.planner import static_plan
 from kubegan_operator.placement.render import render_all
 from kubegan_trainer import contract
 
 from tests.support.cel_cases import merge_patch
+from tests.support.world import JobWorld, gan_job
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((ROOT / "examples" / "digits-local.yaml").read_text())
@@ -205,6 +207,23 @@ def test_host_path_only_where_the_operator_allows_it(
     assert _validate(tmp_path, template, capsys) == (0, "valid", [])
     monkeypatch.setenv(contract.ENV_ALLOW_HOST_PATH, "yes")
     assert _validate(tmp_path, template, capsys)[0] == 2
+
+
+def test_the_operator_fails_a_host_path_job_unless_it_allows_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The CRD cannot know the chart's value: the operator itself refuses such a job.
+    j = gan_job()
+    j["spec"]["podTemplate"] = FORBIDDEN["hostPath"][0]
+    monkeypatch.delenv(contract.ENV_ALLOW_HOST_PATH, raising=False)
+    d = reconcile(JobWorld(j).snapshot())
+    assert d.status is not None and d.status["phase"] == "Failed"
+    said = [c["message"] for c in d.status["conditions"] if c["reason"] == "InvalidSpec"]
+    assert said and all(m.startswith(FORBIDDEN["hostPath"][1]) for m in said), said
+    monkeypatch.setenv(contract.ENV_ALLOW_HOST_PATH, "true")
+    d = reconcile(JobWorld(j).snapshot())
+    assert d.status is None or d.status["phase"] != "Failed"
+    assert d.create and any(o["kind"] == "Pod" for o in d.create)
 
 
 def test_reserved_names_are_what_a_worker_has() -> None:
