@@ -69,7 +69,7 @@ def test_a_pool_without_max_nodes_is_refused_by_the_schema() -> None:
     result = helm(
         "template",
         "x",
-        "charts/kubegan",
+        str(CHART),
         "--set-json",
         f"autoscaling.pools={json.dumps(bad)}",
         check=False,
