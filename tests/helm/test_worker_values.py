@@ -1,0 +1,50 @@
+"""The chart's workers.allowHostPath (issue 27) reaches the operator as the variable the API
+reads (kubegan_trainer.contract.ENV_ALLOW_HOST_PATH): off unless set, and a job's hostPath
+volume is then judged as that operator judges it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubegan_operator.api.podtemplate import host_path_allowed
+from kubegan_trainer.contract import ENV_ALLOW_HOST_PATH
+
+from tests.helm.chart import CHART, by_kind, helm, template
+
+
+def operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    (deploy,) = by_kind(docs, "Deployment")
+    return {
+        e["name"]: e.get("value", "")
+        for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "allowed"),
+    [
+        ((), False),
+        (("--set", "workers.allowHostPath=false"), False),
+        (("--set", "workers.allowHostPath=true"), True),
+    ],
+)
+def test_allow_host_path_reaches_the_operator(
+    args: tuple[str, ...], allowed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    value = operator_env(template(*args))[ENV_ALLOW_HOST_PATH]
+    monkeypatch.setenv(ENV_ALLOW_HOST_PATH, value)
+    assert host_path_allowed() is allowed
+
+
+def test_a_value_that_is_not_a_boolean_is_refused() -> None:
+    result = helm(
+        "template",
+        "kubegan",
+        str(CHART),
+        "--set-string",
+        "workers.allowHostPath=yes",
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "allowHostPath" in result.stderr, result.stderr
