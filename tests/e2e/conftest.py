@@ -52,6 +52,22 @@ def operator_release(real_cluster: RealCluster, images_loaded: dict[str, str]) -
     return install_operator(real_cluster)
 
 
+TEAM_CONFIG = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "team-config", "namespace": JOBS_NS},
+    "data": {"owner": "gan-research"},
+}
+TEAM_TEMPLATE = {
+    "metadata": {"labels": {"team": "gan-research"}},
+    "spec": {
+        "volumes": [{"name": "team-config", "configMap": {"name": "team-config"}}],
+        "volumeMounts": [{"name": "team-config", "mountPath": "/etc/team", "readOnly": True}],
+        "env": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+    },
+}
+
+
 @pytest.fixture(scope="session")
 def trained(real_cluster: RealCluster, operator_release: str) -> dict[str, Watched]:
     """Apply the PyTorch and the TensorFlow job, follow them until they finish, and return
@@ -60,7 +76,10 @@ def trained(real_cluster: RealCluster, operator_release: str) -> dict[str, Watch
         digits_job(name, framework, EPOCHS[name])
         for name, framework in (("digits-torch", "pytorch"), ("digits-tf", "tensorflow"))
     ]
-    real_cluster.apply(*jobs)
+    # The PyTorch job also carries a team's podTemplate (issue 27): an extra ConfigMap volume,
+    # its mount and an env variable, admitted in the `restricted` namespace like the rest.
+    jobs[0]["spec"]["podTemplate"] = TEAM_TEMPLATE
+    real_cluster.apply(TEAM_CONFIG, *jobs)
     watched = {j["metadata"]["name"]: Watched() for j in jobs}
     deadline = time.monotonic() + 1500
     while time.monotonic() < deadline:

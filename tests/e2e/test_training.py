@@ -96,3 +96,23 @@ def test_checkpoints_and_samples_are_on_the_shared_volume(
     # The operator's view lags by at most one read of worker 0's metrics.
     last = trained[name].final["status"]["lastCheckpoint"]
     assert 1 <= last["epoch"] <= EPOCHS[name], last
+
+
+def test_a_pod_template_reaches_every_worker_in_the_restricted_namespace(
+    trained: dict[str, Watched],
+) -> None:
+    """The PyTorch job's podTemplate (tests/e2e/conftest.py TEAM_TEMPLATE): the label, the
+    ConfigMap volume, its mount and the env variable on every worker, admitted under Pod
+    Security `restricted`, and the job trained to the end with them."""
+    seen = trained["digits-torch"]
+    assert seen.final["status"]["phase"] == "Succeeded"
+    assert len(seen.pods) == 2
+    for pod in seen.pods:
+        assert pod["metadata"]["labels"]["team"] == "gan-research"
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["team-config"]["configMap"]["name"] == "team-config"
+        container = pod["spec"]["containers"][0]
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert mounts["team-config"]["mountPath"] == "/etc/team"
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["NCCL_DEBUG"] == "WARN"
