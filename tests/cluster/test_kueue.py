@@ -1,0 +1,234 @@
+"""GANTrainingJobs admitted by a real Kueue (issue 25, acceptance 1): a ClusterQueue with quota
+for one 16-GPU gang on four KWOK nodes of 8 V100s (room for two gangs: the quota, not the
+nodes, holds the second back).
+
+- two queued jobs: the first is admitted whole and runs; the second waits QueuedByKueue with
+  the queue names, its workers behind Kueue's admission gate (never removed by kubegan), and
+  runs when the first finishes (its quota released);
+- a job without the label behaves as today (no Kueue labels, no admission gate).
+
+A control plane of its own: Kueue's webhooks are cluster-wide objects."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubegan_trainer.contract import (
+    GANG_GATE,
+    JOB_NAME_LABEL,
+    KUEUE_ADMISSION_GATE,
+    KUEUE_FINALIZER,
+    KUEUE_POD_GROUP_LABEL,
+    KUEUE_QUEUE_LABEL,
+)
+
+from tests.support.control_plane import PrivateCluster, private_control_plane
+from tests.support.kube import FIXTURES, ROOT, Operator, load_example, wait_for
+from tests.support.kueue import (
+    cluster_queue,
+    local_queue,
+    managed_namespace,
+    resource_flavor,
+    running_kueue,
+)
+
+pytestmark = pytest.mark.timeout(900)
+
+QUEUE, CLUSTER_QUEUE = "team-a", "gpu-cq"
+# hack/kwok/stages.yaml: a Running pod with this label completes (phase Succeeded).
+COMPLETE_LABEL = "pod-complete.stage.kwok.x-k8s.io=true"
+
+
+@dataclass
+class Queued:
+    cluster: PrivateCluster
+    operator: Operator
+
+    def namespace(self) -> str:
+        ns = f"t-{uuid.uuid4().hex[:8]}"
+        self.cluster.apply(managed_namespace(ns), local_queue(ns, QUEUE, CLUSTER_QUEUE))
+        wait_for(
+            "the default service account",
+            lambda: self.cluster.get("serviceaccount", "default", ns),
+            timeout=60,
+        )
+        return ns
+
+    def status(self, ns: str, name: str) -> dict[str, Any]:
+        return (self.cluster.get("gantrainingjob", name, ns) or {}).get("status") or {}
+
+    def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        pods = self.cluster.get("pods", namespace=ns, selector=f"{JOB_NAME_LABEL}={name}")
+        return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+    def live(self, ns: str, name: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods(ns, name) if not p["metadata"].get("deletionTimestamp")]
+
+    def phase(self, ns: str, name: str) -> str:
+        return str(self.status(ns, name).get("phase"))
+
+    def wait_phase(self, ns: str, name: str, phase: str, timeout: float = 120) -> None:
+        try:
+            wait_for(f"{name} {phase}", lambda: self.phase(ns, name) == phase, timeout=timeout)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{self.describe(ns, name)}") from None
+
+    def complete(self, ns: str, name: str) -> None:
+        """KWOK ends every worker with exit 0, as every rank ends after the last epoch (the
+        gang's quota is Kueue's until none of its pods runs); worker 0 last, as the trainer's
+        rank 0 writes the last checkpoint."""
+
+        def all_succeeded() -> bool:
+            pods = self.live(ns, name)
+            for p in sorted(pods, key=lambda p: p["metadata"]["name"], reverse=True):
+                if p["status"].get("phase") == "Running":
+                    pod = p["metadata"]["name"]
+                    self.cluster.kubectl(
+                        "label", "--overwrite", "pod", pod, "-n", ns, COMPLETE_LABEL
+                    )
+            return bool(pods) and all(p["status"].get("phase") == "Succeeded" for p in pods)
+
+        try:
+            wait_for(f"every worker of {name} Succeeded", all_succeeded, timeout=60)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{self.describe(ns, name)}") from None
+
+    def describe(self, ns: str, name: str) -> str:
+        st = self.status(ns, name)
+        conds = [(c["type"], c["status"], c.get("reason"), c.get("message"))
+                 for c in st.get("conditions", [])]  # fmt: skip
+        pods = [(p["metadata"]["name"], gates(p), p["spec"].get("nodeName"),
+                 p["status"].get("phase"), p["metadata"].get("finalizers"))
+                for p in self.pods(ns, name)]  # fmt: skip
+        loads = [(w["metadata"]["name"], (w.get("status") or {}).get("conditions"))
+                 for w in self.cluster.get("workloads.kueue.x-k8s.io", namespace=ns)]  # fmt: skip
+        return f"phase {st.get('phase')} attempt {st.get('attempt')}\n{conds}\n{pods}\n{loads}"
+
+
+def gates(pod: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), {})
+
+
+def gang_job(name: str, ns: str, *, queue: str | None = QUEUE) -> dict:
+    """16 spot V100s: two workers of 8, one per node (no checkpoint claim: KWOK has none)."""
+    job = load_example(
+        "gan3d-gke-v100-spot.yaml",
+        metadata__name=name,
+        metadata__namespace=ns,
+        spec__checkpoint__claimName=None,
+        spec__resources__gpus=16,
+    )
+    if queue:
+        job["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: queue}
+    return job
+
+
+@pytest.fixture(scope="module")
+def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
+    work = tmp_path_factory.mktemp("kueue-jobs")
+    with private_control_plane(work) as cluster, running_kueue(cluster, work):
+        cluster.kubectl("apply", "-f", str(ROOT / "crds" / "gantrainingjobs.kubegan.io.yaml"))
+        cluster.kubectl("apply", "-f", str(FIXTURES / "nodes-gke-v100-spot.yaml"))
+        cluster.apply(
+            resource_flavor("v100-spot"),
+            cluster_queue(CLUSTER_QUEUE, "v100-spot", gpus=16),
+        )
+        operator = Operator(work, kubeconfig=cluster.kubeconfig)
+        operator.start()
+        try:
+            yield Queued(cluster, operator)
+        finally:
+            operator.stop()
+
+
+def assert_held_by_kueue(q: Queued, ns: str, name: str) -> None:
+    """Queued: every worker behind Kueue's gate (kubegan's own lifted), unbound."""
+    pods = q.live(ns, name)
+    assert len(pods) == 2, q.describe(ns, name)
+    for p in pods:
+        # Kueue's gates (admission, and topology's) stay; kubegan's own is lifted.
+        assert KUEUE_ADMISSION_GATE in gates(p) and GANG_GATE not in gates(p), q.describe(ns, name)
+        assert not p["spec"].get("nodeName")
+
+
+def queued_by_kueue(q: Queued, ns: str, name: str, timeout: float = 90) -> dict[str, Any]:
+    def said() -> dict[str, Any] | None:
+        cond = condition(q.status(ns, name), "Unschedulable")
+        ok = cond.get("reason") == "QueuedByKueue" and cond.get("status") == "True"
+        return cond if ok else None
+
+    try:
+        return wait_for(f"{name} QueuedByKueue", said, timeout=timeout)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{q.describe(ns, name)}") from None
+
+
+def test_one_gang_admitted_whole_the_second_queued_until_the_first_finishes(
+    queued: Queued,
+) -> None:
+    q, ns = queued, queued.namespace()
+    q.cluster.apply(gang_job("first", ns))
+    q.wait_phase(ns, "first", "Running")
+    first = q.live(ns, "first")
+    groups = {p["metadata"]["labels"][KUEUE_POD_GROUP_LABEL] for p in first}
+    assert len(first) == 2 and len(groups) == 1
+    assert all(not gates(p) for p in first)
+
+    q.cluster.apply(gang_job("second", ns))
+    cond = queued_by_kueue(q, ns, "second")
+    assert f"LocalQueue {QUEUE}, ClusterQueue {CLUSTER_QUEUE}: " in cond["message"], cond
+
+    def kueues_words() -> str | None:  # once Kueue has made the Workload and tried it
+        said = condition(q.status(ns, "second"), "Unschedulable").get("message", "")
+        return said if "quota" in said else None
+
+    try:
+        said = wait_for("Kueue's own words in the condition", kueues_words, timeout=60)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{q.describe(ns, 'second')}") from None
+    assert said.startswith(f"LocalQueue {QUEUE}, ClusterQueue {CLUSTER_QUEUE}: "), said
+    for _ in range(3):  # a while: Kueue's gate stays, kubegan never lifts it
+        assert_held_by_kueue(q, ns, "second")
+        assert q.phase(ns, "second") == "Pending"
+        time.sleep(3)
+    st = q.status(ns, "second")
+    assert (st.get("cost") or {}).get("dollars", 0) == 0, "waiting is not charged"
+
+    q.complete(ns, "first")
+    q.wait_phase(ns, "first", "Succeeded")
+    q.wait_phase(ns, "second", "Running", timeout=180)
+    assert condition(q.status(ns, "second"), "Unschedulable")["status"] == "False"
+    # Finishing released the quota and left no pod in Kueue's finalizer.
+    wait_for(
+        "first's pods free of Kueue's finalizer",
+        lambda: (
+            not any(
+                KUEUE_FINALIZER in (p["metadata"].get("finalizers") or [])
+                and p["metadata"].get("deletionTimestamp")
+                for p in q.pods(ns, "first")
+            )
+        ),
+        timeout=60,
+    )
+    q.complete(ns, "second")
+    q.wait_phase(ns, "second", "Succeeded")
+
+
+def test_a_job_without_the_label_is_not_queued(queued: Queued) -> None:
+    q, ns = queued, queued.namespace()
+    q.cluster.apply(gang_job("plain", ns, queue=None))
+    q.wait_phase(ns, "plain", "Running")
+    for p in q.live(ns, "plain"):
+        assert not any(k.startswith("kueue.x-k8s.io/") for k in p["metadata"]["labels"])
+        assert KUEUE_ADMISSION_GATE not in gates(p) and GANG_GATE not in gates(p)
+    q.complete(ns, "plain")
+    q.wait_phase(ns, "plain", "Succeeded")
