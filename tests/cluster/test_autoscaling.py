@@ -91,7 +91,8 @@ def test_a_gang_on_a_pool_at_zero_scales_it_up_runs_and_gives_the_nodes_back(
         raise AssertionError(f"{err}\n{w.describe(ns, 'scale')}\n{w.events(ns)}") from None
     st = w.status(ns, "scale")
     assert (st["preemptions"], st["restarts"]) == (1, 0)
-    assert len(w.karpenter.nodes(SPOT_POOL)) == 2
+    live = [n for n in w.karpenter.nodes(SPOT_POOL) if not n["metadata"].get("deletionTimestamp")]
+    assert len(live) == 2, "the survivor and one replacement (the lost node may still be draining)"
 
     # Finished: nothing of the job holds a node, so Karpenter removes them.
     w.cluster.kubectl("label", "pod", "scale-worker-0", COMPLETE_LABEL, "-n", ns)

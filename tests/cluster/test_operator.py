@@ -141,6 +141,7 @@ def test_32_gpus_on_v100_pool(
     assert table[0].split() == [
         "NAME",
         "PHASE",
+        "SCHEDULING",
         "WORKERS",
         "PER-WORKER",
         "EPOCH",
@@ -150,7 +151,7 @@ def test_32_gpus_on_v100_pool(
         "AGE",
     ]
     # No epoch finished yet (fake nodes run no trainer): 0 of the job's 60.
-    assert table[1].split()[:5] == ["gan3d-v100", "Running", "4", "8xGPU", "0/60"]
+    assert table[1].split()[:6] == ["gan3d-v100", "Running", "Scheduled", "4", "8xGPU", "0/60"]
     short = cluster.run("get", "ganjobs", "-n", namespace, "-o", "name").stdout.strip()
     assert short == "gantrainingjob.kubegan.io/gan3d-v100"
     events = cluster.run(

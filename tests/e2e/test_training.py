@@ -69,12 +69,14 @@ def test_progress_advanced_while_running_and_kubectl_shows_it(
     cost = seen.final["status"]["cost"]
     assert cost["ratePerHour"] == pytest.approx(DIGITS_RATE_PER_HOUR)
     assert cost["dollars"] > 0
-    # NAME PHASE WORKERS PER-WORKER EPOCH EPOCH-TIME PREEMPTIONS COST AGE: epoch of total
-    # ("3/6") and epoch time filled in.
+    # NAME PHASE SCHEDULING WORKERS PER-WORKER EPOCH EPOCH-TIME PREEMPTIONS COST AGE: the gang
+    # scheduled, epoch of total ("3/6") and epoch time filled in.
     running = [ln.split() for ln in seen.get_lines if " Running " in ln]
     assert running, seen.get_lines
     assert any(
-        re.fullmatch(rf"\d+/{EPOCHS[name]}", cols[4]) and cols[5] not in ("", "<none>")
+        cols[2] == "Scheduled"
+        and re.fullmatch(rf"\d+/{EPOCHS[name]}", cols[5])
+        and cols[6] not in ("", "<none>")
         for cols in running
     ), running
 
