@@ -77,7 +77,9 @@ def test_readme_local_cluster_block_runs_as_written() -> None:
             + (operator_log.read_text()[-3000:] if operator_log.exists() else "")
         )
         # What the block's commands printed is what the README says they print.
-        assert re.search(r"^gan3d-v100\s+Running\s+4\s+8\s", proc.stdout, re.M), proc.stdout
+        assert re.search(r"^gan3d-v100\s+Running\s+Scheduled\s+4\s+8xGPU\s", proc.stdout, re.M), (
+            proc.stdout
+        )
         assert "condition met" in proc.stdout
         assert not (clone / ".cluster").exists(), "make cluster-down left .cluster/"
     finally:
