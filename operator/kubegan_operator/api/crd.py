@@ -367,7 +367,7 @@ def crd() -> dict[str, Any]:
                                     f"most {MAX_NAME_LENGTH} characters so that "
                                     "'<name>-worker-<index>' is a valid pod name",
                                     "fieldPath": ".metadata.name",
-                                }
+                                },
                             ],
                         }
                     },
