@@ -30,7 +30,7 @@ JOB = {
             "spec": {
                 "volumes": [
                     {"name": "team", "configMap": {"name": "team"}},
-                    {"name": "host", "hostPath": {"path": "/data"}},
+                    {"name": "host", "hostPath": {"path": "/srv/datasets"}},
                 ]
             }
         },
