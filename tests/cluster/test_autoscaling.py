@@ -17,11 +17,10 @@ from tests.support.autoscale import (
     COMPLETE_LABEL,
     Autoscaled,
     autoscaled_cluster,
-    condition,
     gpu_job,
 )
 from tests.support.karpenter import nodepool
-from tests.support.kube import wait_for
+from tests.support.kube import condition, wait_for
 
 SPOT_POOL = "a100-spot"
 SMALL_POOL = "l4-spot"  # its limit holds one node of 8 GPUs

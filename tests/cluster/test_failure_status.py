@@ -17,7 +17,7 @@ import pytest
 from kubegan_trainer.contract import EXIT_USER_ERROR
 
 from tests.support.control_plane import PrivateCluster, private_control_plane
-from tests.support.kube import FIXTURES, Operator, load_example, wait_for
+from tests.support.kube import FIXTURES, Operator, condition, load_example, wait_for
 
 BAD_IMAGE = "kubegan.local/does-not-exist:0"
 FAIL = "pod-container-running-failed.stage.kwok.x-k8s.io"
@@ -48,10 +48,6 @@ def job(name: str, **changes: Any) -> dict[str, Any]:
 
 def status(cluster: PrivateCluster, name: str) -> dict[str, Any]:
     return (cluster.get("gantrainingjob", name, "ml") or {}).get("status") or {}
-
-
-def condition(st: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in st.get("conditions", []) if c["type"] == type_), {})
 
 
 def test_an_image_that_cannot_be_pulled_is_shown_then_fails_the_job(world: PrivateCluster) -> None:

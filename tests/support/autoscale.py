@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,10 +90,6 @@ def scale_up_decisions(log: str, pool: str = "") -> list[dict[str, Any]]:
         if e["message"] == CREATED and e.get("reconcileID") in decisions:
             decisions[e["reconcileID"]]["pools"].append((e.get("NodePool") or {}).get("name"))
     return [d for d in decisions.values() if not pool or pool in d["pools"]]
-
-
-def condition(status: Mapping[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), {})
 
 
 def gpu_job(

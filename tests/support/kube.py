@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,11 @@ def wait_for(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def condition(status: Mapping[str, Any], type_: str) -> dict[str, Any]:
+    """A job status's condition of `type_` ({} when it has none)."""
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), {})
 
 
 class Kubectl:

@@ -158,6 +158,11 @@ def set_condition(
     )
 
 
+def current_condition(st: GANTrainingJobStatus, type_: ConditionType) -> Condition | None:
+    """The job's condition of `type_` as it stands, if it has one."""
+    return next((x for x in st.conditions if x.type == type_), None)
+
+
 def transition(
     st: GANTrainingJobStatus,
     to: Phase,
@@ -441,7 +446,7 @@ def create_gang(c: Context) -> bool:
         return True
     plan = c.seen.plan(c.job.spec)
     if not plan.feasible:
-        was = next((x for x in st.conditions if x.type == ConditionType.unschedulable), None)
+        was = current_condition(st, ConditionType.unschedulable)
         said = was is not None and was.status == "True" and was.reason == Reason.no_fit
         # Said already: the same kind of "no fit" with other counts (each pod bound
         # elsewhere, each node turning Ready, changes them) is not news. Re-writing it was a
@@ -627,7 +632,7 @@ def gang_queued(c: Context) -> bool:
         return False
     wait = c.seen.queued
     message = wait.words() if wait else "Kueue's admission gate holds the workers"
-    was = next((x for x in c.st.conditions if x.type == ConditionType.unschedulable), None)
+    was = current_condition(c.st, ConditionType.unschedulable)
     said = was is not None and was.status == "True" and was.reason == Reason.queued_by_kueue
     if not said:
         c.event("Normal", Reason.queued_by_kueue, message)
@@ -685,7 +690,7 @@ def containers_not_starting(c: Context) -> bool:
     if stuck is None:
         _containers_started(c)
         return False
-    was = next((x for x in st.conditions if x.type == ConditionType.containers_ready), None)
+    was = current_condition(st, ConditionType.containers_ready)
     reason = _kubelet_reason(stuck.detail)
     assert reason is not None
     message = f"{stuck.name}: {stuck.detail}"
@@ -710,7 +715,7 @@ def containers_not_starting(c: Context) -> bool:
 def _containers_started(c: Context) -> None:
     """Every container could start (again): clear what containers_not_starting said."""
     c.st.image_pull_since = None
-    was = next((x for x in c.st.conditions if x.type == ConditionType.containers_ready), None)
+    was = current_condition(c.st, ConditionType.containers_ready)
     if was is not None and was.status == "False":
         c.condition(ConditionType.containers_ready, True, Reason.containers_started)
 
@@ -777,7 +782,7 @@ def gang_waiting_for_capacity(c: Context) -> bool:
     waited = (c.now - since).total_seconds()
     if waited < timeout:
         message = capacity_wait_message(plan, bound)
-        was = next((x for x in st.conditions if x.type == ConditionType.unschedulable), None)
+        was = current_condition(st, ConditionType.unschedulable)
         if was is None or was.message != message:
             c.condition(ConditionType.unschedulable, True, Reason.waiting_for_capacity, message)
         c.requeue(timeout - waited)
