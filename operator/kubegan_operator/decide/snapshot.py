@@ -15,6 +15,7 @@ from typing import Any
 from kubegan_operator.api.spec import GANTrainingJobSpec
 from kubegan_operator.foundation.kueue import QueueWait
 from kubegan_operator.foundation.progress import ProgressUpdate
+from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.placement.planner import Plan
 
 # A placement for the job's (validated) spec against the free capacity now.
@@ -38,6 +39,8 @@ class JobSnapshot:
     unbindable: str | None = None
     # Why Kueue holds the gang (its admission gate on a worker), read from its Workload.
     queued: QueueWait | None = None
+    # How a gang is held until it is whole: kubegan's gate or a native PodGroup (--gang).
+    gang: GangMode = GangMode.gates
 
     @property
     def uid(self) -> str | None:
