@@ -61,14 +61,19 @@ class Azurite:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, log_dir: Path) -> Azurite:
+    def start(cls, log_dir: Path, disk: Path | None = None, disk_bytes: int = 0) -> Azurite:
+        """In memory by default; with `disk`, blobs are kept in files there, and with
+        `disk_bytes` no file may grow past that size (RLIMIT_FSIZE, no root needed): a store
+        that fills up, whose writes then fail as a full disk makes them fail."""
         binary = ensure_binary()
         server = cls(reserve_port(), Path(log_dir) / "azurite.log")
         log = server.log_path.open("wb")
+        where = ["--location", str(disk)] if disk else ["--inMemoryPersistence"]
         server.proc = subprocess.Popen(
             [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(server.port),
-             "--inMemoryPersistence", "--skipApiVersionCheck"],
+             *where, "--skipApiVersionCheck"],
             stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=(lambda: _limit_file_size(disk_bytes)) if disk_bytes else None,
         )  # fmt: skip
         log.close()
         server._wait()
@@ -122,6 +127,12 @@ class Azurite:
         )
         urllib.request.urlopen(req, timeout=10).close()
         return name
+
+
+def _limit_file_size(limit: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
 def azurite_fixture(tmp_path_factory) -> Iterator[Azurite]:  # type: ignore[no-untyped-def]

@@ -273,3 +273,18 @@ def test_only_the_errors_first_line_decides_transient() -> None:
     refused = "Generic S3 error: Error performing GET http://h/b - HTTP error: error sending"
     refused += " request"
     assert objstore.classify(RuntimeError(refused))[0] is True
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Server returned non-2xx status code: 507 Insufficient Storage: <Code>XMinioStorageFull",
+        "Server returned non-2xx status code: 403 Forbidden: <Code>QuotaExceeded</Code>",
+        "Server returned non-2xx status code: 507 Insufficient Storage: ",
+    ],
+)
+def test_a_full_store_is_named_and_not_retried(answer: str) -> None:
+    """S3-compatible stores with quotas (MinIO, Ceph) say they are full: that is for a person
+    to fix, so it is said at once instead of being retried."""
+    transient, reason = objstore.classify(RuntimeError(f"Generic S3 error: PUT x - {answer}"))
+    assert transient is False and reason.startswith("the store is full"), reason

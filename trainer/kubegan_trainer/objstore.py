@@ -126,6 +126,8 @@ _PERMANENT_CODES = {
     "ExpiredToken": "the credentials have expired",
     "QuotaExceeded": "the store is full",
     "InsufficientStorage": "the store is full",
+    "XMinioStorageFull": "the store is full",
+    "507 Insufficient Storage": "the store is full",
     "InsufficientAccountPermissions": "no permission",
 }
 _TRANSIENT = re.compile(
@@ -169,17 +171,19 @@ def call(
     what: str,
     fn: Callable[[], T],
     *,
-    budget: float = RETRY_SECONDS,
+    budget: float | None = None,
     warn: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """`fn()`, its transient errors retried with exponential backoff for up to `budget`
-    seconds (each retry logged); StoreError (one line, naming `what`) when it fails for good.
+    seconds (None: RETRY_SECONDS, read at the call; each retry logged); StoreError (one line,
+    naming `what`) when it fails for good.
     Errors that are answers, not failures (not found, already exists, precondition), are
     raised unchanged for the caller to decide."""
     from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 
     warn = warn or log.warning
+    budget = RETRY_SECONDS if budget is None else budget
     deadline = time.monotonic() + budget
     delay, attempt = FIRST_BACKOFF, 1
     while True:
