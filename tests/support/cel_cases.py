@@ -429,9 +429,65 @@ CASES: tuple[CelCase, ...] = (
     ),
     CelCase(
         "spec.data.path",
-        "path is required for data source files",
+        "path or uri is required for data source files",
         refused=(_spec(data={"source": "files"}),),
-        accepted=(_spec(data={"source": "files", "path": "/data/showers.h5"}),),
+        accepted=(
+            _spec(data={"source": "files", "path": "/data/showers.h5"}),
+            _spec(data={"source": "files", "uri": "s3://bucket/showers"}),
+        ),
+    ),
+    CelCase(
+        "spec.data.uri",
+        "path and uri cannot both be set: data is read from a volume or from a bucket",
+        refused=(_spec(data={"source": "files", "path": "/data/a.h5", "uri": "gs://bucket/showers"}),),
+        accepted=(_spec(data={"source": "files", "uri": "gs://bucket/showers"}),),
+    ),
+    CelCase(
+        "spec.data.uri",
+        "uri is only for data source files",
+        refused=(_spec(data={"source": "synthetic", "uri": "az://data/showers"}),),
+        accepted=(_spec(data={"source": "files", "uri": "az://data/showers"}),),
+    ),
+    CelCase(
+        "spec.data.claimName",
+        "claimName mounts the volume of a path; a uri is read from the bucket",
+        refused=(_spec(data={"source": "files", "uri": "s3://bucket/d", "claimName": "data"}),),
+        accepted=(_spec(data={"source": "files", "path": "/data/d", "claimName": "data"}),),
+    ),
+    CelCase(
+        "spec.data.endpoint",
+        "endpoint is only for s3:// URIs",
+        refused=(
+            _spec(data={"source": "files", "uri": "gs://bucket/d", "endpoint": "http://x:9000"}),
+        ),
+        accepted=(
+            _spec(data={"source": "files", "uri": "s3://bucket/d", "endpoint": "http://x:9000"}),
+        ),
+    ),
+    CelCase(
+        "spec.data.credentialsSecret",
+        "credentialsSecret is only for a bucket (data.uri)",
+        refused=(_spec(data={"credentialsSecret": "bucket-keys"}),),
+        accepted=(
+            _spec(data={"source": "files", "uri": "s3://bucket/d", "credentialsSecret": "keys"}),
+        ),
+    ),
+    CelCase(
+        "spec.data.credentialsSecret",
+        "data and checkpoint credentialsSecret must name the same Secret: a pod has one set "
+        "of bucket credentials",
+        refused=(
+            _spec(
+                data={"source": "files", "uri": "s3://bucket/d", "credentialsSecret": "keys-a"},
+                checkpoint={"claimName": None, "uri": "s3://ckpts/c", "credentialsSecret": "keys-b"},
+            ),
+        ),
+        accepted=(
+            _spec(
+                data={"source": "files", "uri": "s3://bucket/d", "credentialsSecret": "keys-a"},
+                checkpoint={"claimName": None, "uri": "s3://ckpts/c", "credentialsSecret": "keys-a"},
+            ),
+        ),
     ),
     CelCase(
         "spec.data.source",

@@ -66,3 +66,26 @@ def test_a_bucket_job_says_its_checkpoints_persist() -> None:
     cond = w.condition("CheckpointsPersistent")
     assert (cond["status"], cond["reason"]) == ("True", "BucketConfigured")
     assert BUCKET in cond["message"]
+
+
+def test_a_dataset_in_a_bucket_reaches_the_trainer_with_its_secret_and_no_data_volume() -> None:
+    """spec.data.uri: the prefix and endpoint travel in the trainer's config (as
+    checkpoint.uri does), the data Secret's keys by reference, and no data claim is mounted."""
+    body = bucket_job(secret="").model_dump(by_alias=True, exclude_none=True)
+    data = "s3://team-gans/showers"
+    body["spec"]["model"] = {"name": "gan3d"}
+    body["spec"]["data"] = {
+        "source": "files",
+        "uri": data,
+        "endpoint": "http://minio.storage:9000",
+        "credentialsSecret": "data-keys",
+    }
+    job = GANTrainingJob.model_validate(body)
+    pod = render_pod(job, static_plan(job.spec), 0)
+    env = pod["spec"]["containers"][0]["env"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in env if "valueFrom" in e}
+    assert {refs[key] for key in BUCKET_CREDENTIAL_KEYS} == {"data-keys"}
+    assert all("persistentVolumeClaim" not in v for v in pod["spec"]["volumes"])
+    config = json.loads(next(iter(render_config_map(job, None)["data"].values())))
+    assert config["data"]["uri"] == data
+    assert config["data"]["endpoint"] == "http://minio.storage:9000"

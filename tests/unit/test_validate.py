@@ -353,7 +353,7 @@ BAD_INPUTS: list[tuple[str, str | bytes, list[str]]] = [
     (
         "files without path",
         with_changes(spec__data={"source": "files"}),
-        ["spec.data.path: path is required for data source files"],
+        ["spec.data.path: path or uri is required for data source files"],
     ),
     (
         "digits for gan3d",

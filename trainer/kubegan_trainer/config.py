@@ -203,13 +203,38 @@ class DataSpec(ApiModel):
     )
     path: str = Field(
         default="",
-        description="files: HDF5 file, image folder or paired-image folder. Required for files.",
+        description="files: HDF5 file, image folder or paired-image folder. A folder of "
+        ".h5 shards is streamed per rank. files needs exactly one of path or uri.",
     )
     claim_name: str = Field(
         default="",
         max_length=253,
         pattern=CLAIM_NAME_PATTERN,
         description=f"Optional PersistentVolumeClaim mounted read-only at {DATA_ROOT}.",
+    )
+    uri: str = Field(
+        default="",
+        max_length=1024,
+        pattern=BUCKET_URI_PATTERN,
+        description=(
+            "files from a bucket instead of a path: a prefix of .h5 shard objects "
+            "(s3://bucket/prefix, gs://bucket/prefix or az://container/prefix), each rank "
+            "streaming its own shards. Credentials come from the pod's identity or "
+            "environment, never from the spec."
+        ),
+    )
+    endpoint: str = Field(
+        default="",
+        max_length=1024,
+        pattern=ENDPOINT_PATTERN,
+        description="An S3-compatible store's endpoint (s3:// URIs only).",
+    )
+    credentials_secret: str = Field(
+        default="",
+        max_length=253,
+        pattern=CLAIM_NAME_PATTERN,
+        description="A Secret with the bucket's credentials under the fixed keys of "
+        "checkpoint.credentialsSecret; only with uri, and the same Secret if both are set.",
     )
 
 

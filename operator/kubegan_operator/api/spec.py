@@ -351,6 +351,55 @@ def source_rules(
     )
 
 
+# spec.data.uri (issue 26): a dataset read from a bucket instead of a volume, with the
+# checkpoint bucket's endpoint and Secret semantics. A pod has one set of the clouds'
+# credential variables, so data and checkpoints name the same Secret when both name one.
+DATA_BUCKET_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        ".data.uri",
+        "path and uri cannot both be set: data is read from a volume or from a bucket",
+        "self.data.path == '' || self.data.uri == ''",
+        lambda s: s.data.path == "" or s.data.uri == "",
+    ),
+    CrossFieldRule(
+        ".data.uri",
+        f"uri is only for data source {DataSource.files}",
+        f"self.data.uri == '' || self.data.source == '{DataSource.files}'",
+        lambda s: s.data.uri == "" or s.data.source == DataSource.files,
+    ),
+    CrossFieldRule(
+        ".data.claimName",
+        "claimName mounts the volume of a path; a uri is read from the bucket",
+        "self.data.claimName == '' || self.data.uri == ''",
+        lambda s: s.data.claim_name == "" or s.data.uri == "",
+    ),
+    CrossFieldRule(
+        ".data.endpoint",
+        "endpoint is only for s3:// URIs",
+        "self.data.endpoint == '' || self.data.uri.startsWith('s3://')",
+        lambda s: s.data.endpoint == "" or s.data.uri.startswith("s3://"),
+    ),
+    CrossFieldRule(
+        ".data.credentialsSecret",
+        "credentialsSecret is only for a bucket (data.uri)",
+        "self.data.credentialsSecret == '' || self.data.uri != ''",
+        lambda s: s.data.credentials_secret == "" or s.data.uri != "",
+    ),
+    CrossFieldRule(
+        ".data.credentialsSecret",
+        "data and checkpoint credentialsSecret must name the same Secret: a pod has one set "
+        "of bucket credentials",
+        "self.data.credentialsSecret == '' || self.checkpoint.credentialsSecret == '' || "
+        "self.data.credentialsSecret == self.checkpoint.credentialsSecret",
+        lambda s: (
+            s.data.credentials_secret == ""
+            or s.checkpoint.credentials_secret == ""
+            or s.data.credentials_secret == s.checkpoint.credentials_secret
+        ),
+    ),
+)
+
+
 # Spec fields a job cannot change once it has started (status.startTime set): a running gang
 # was planned, configured and checkpointed from them, so a changed model, dataset or
 # checkpoint location would silently resume another job's state or none. The apiserver
@@ -490,10 +539,11 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
     ),
     CrossFieldRule(
         ".data.path",
-        f"path is required for data source {DataSource.files}",
-        f"self.data.source != '{DataSource.files}' || self.data.path != ''",
-        lambda s: s.data.source != DataSource.files or s.data.path != "",
+        f"path or uri is required for data source {DataSource.files}",
+        f"self.data.source != '{DataSource.files}' || self.data.path != '' || self.data.uri != ''",
+        lambda s: s.data.source != DataSource.files or s.data.path != "" or s.data.uri != "",
     ),
+    *DATA_BUCKET_RULES,
     *source_rules(),
 )
 

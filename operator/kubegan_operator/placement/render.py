@@ -245,7 +245,7 @@ def worker_env(
     return [
         *({"name": k, "value": v} for k, v in env.items()),
         {"name": HOME_ENV[0], "value": HOME_ENV[1]},
-        *bucket_credentials(spec.checkpoint.credentials_secret),
+        *bucket_credentials(spec.checkpoint.credentials_secret or spec.data.credentials_secret),
     ]
 
 
