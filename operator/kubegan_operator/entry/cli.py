@@ -289,6 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="plan on Karpenter NodePools too (karpenter.sh/v1), listed every 10 s",
     )
     p.add_argument(
+        "--gang",
+        choices=["gates", "native"],
+        default="gates",
+        help="hold a gang until all its workers exist with kubegan's scheduling gate "
+        "(gates, the default) or with Kubernetes' native gang scheduling (native: a "
+        "scheduling.k8s.io/v1alpha2 PodGroup; alpha in Kubernetes 1.36, feature gates "
+        "GenericWorkload and GangScheduling)",
+    )
+    p.add_argument(
         "--no-trainer-progress",
         dest="trainer_progress",
         action="store_false",

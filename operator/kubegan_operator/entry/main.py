@@ -19,6 +19,7 @@ from kubegan_operator.foundation.leader import (
     default_identity,
     default_namespace,
 )
+from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.runtime import controller, metrics
 from kubegan_operator.runtime.kube import Kube, KubeconfigError
 from kubegan_operator.runtime.pools import PoolSource
@@ -65,6 +66,7 @@ def run_operator(args: argparse.Namespace) -> int:
         read_progress=args.trainer_progress,
         progress_seconds=args.progress_interval,
         pools=PoolSource(declared, karpenter=args.karpenter),
+        gang=GangMode(args.gang),
     )
     memo = kopf.Memo(controller=ctl)
     if args.leader_elect:

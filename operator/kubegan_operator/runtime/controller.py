@@ -38,6 +38,7 @@ from kubegan_operator.foundation import heap
 from kubegan_operator.foundation.leader import lost_leadership
 from kubegan_operator.foundation.progress import ProgressReader
 from kubegan_operator.foundation.workqueue import WorkQueue
+from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.runtime import cache, metrics
 from kubegan_operator.runtime.apply import Applier
 from kubegan_operator.runtime.observe import Observer
@@ -78,6 +79,7 @@ class Controller:
         workers: int = WORKERS,
         capacity: cache.FreeCapacity | None = None,
         pools: PoolSource | None = None,
+        gang: GangMode = GangMode.gates,
     ) -> None:
         self.kube = kube
         self.pools = pools or PoolSource()
@@ -98,6 +100,7 @@ class Controller:
             self.progress,
             self.threads,
             self.pools.pools,
+            gang,
         )
         self.applier = Applier(kube, self.expectations, self.threads)
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}

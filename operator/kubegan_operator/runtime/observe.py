@@ -28,6 +28,7 @@ from kubegan_operator.foundation.podstate import queued_by_kueue
 from kubegan_operator.foundation.pools import PoolTemplate
 from kubegan_operator.foundation.progress import ProgressReader
 from kubegan_operator.foundation.topology import PodUsage, pod_usage
+from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.placement.planner import Plan, plan
 from kubegan_operator.runtime import cache
 from kubegan_operator.runtime.threads import ApiThreads
@@ -49,8 +50,10 @@ class Observer:
         progress: ProgressReader,
         threads: ApiThreads,
         pools: Callable[[], Sequence[PoolTemplate]] = tuple,
+        gang: GangMode = GangMode.gates,
     ) -> None:
         self.kube, self.expectations, self.prices = kube, expectations, prices
+        self.gang = gang
         self.pools = pools
         self.namespaces, self.progress, self.threads = namespaces, progress, threads
         self.view: cache.View | None = None  # kopf's indexes, once it hands them over
@@ -89,6 +92,7 @@ class Observer:
             progress=progress,
             unbindable=view.unbindable(key, owned),
             queued=queued,
+            gang=self.gang,
         )
 
     async def _queue_wait(
