@@ -17,6 +17,7 @@ are prose and stay free to name things), and looks for
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -233,6 +234,32 @@ def test_the_termination_message_reads_back_only_what_the_trainer_writes(
     value: object, position: tuple[int, int] | None
 ) -> None:
     assert contract.parse_termination_message(value) == position
+
+
+@pytest.mark.parametrize(
+    ("lost", "expected"),
+    [
+        ({"steps": 3, "reason": "not committed"}, (3, "not committed")),
+        ({"steps": 3, "reason": "a\n\tb"}, (3, "a b")),
+        ({"steps": 3, "reason": "x" * 5000}, None),  # the whole message is over 4 KiB
+        ({"steps": 3, "reason": "x" * 3000}, (3, "x" * 509 + "...")),
+        ({"steps": -1, "reason": "r"}, None),
+        ({"steps": True, "reason": "r"}, None),
+        ({"steps": 1.5, "reason": "r"}, None),
+        ({"steps": 1, "reason": ["r"]}, None),
+        ({"steps": 1}, None),
+        ("lost", None),
+        (None, None),
+    ],
+)
+def test_lost_work_reads_back_only_what_the_trainer_writes(
+    lost: object, expected: tuple[int, str] | None
+) -> None:
+    message = contract.termination_message(1, 0, 0)
+    if lost is not None:
+        message = message[:-1] + ', "lost": ' + json.dumps(lost) + "}"
+    assert contract.parse_lost_work(message) == expected
+    assert contract.parse_lost_work("not json") is None
 
 
 def test_names_follow_the_rules() -> None:

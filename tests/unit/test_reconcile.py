@@ -143,6 +143,23 @@ def test_a_stopped_workers_termination_message_names_the_last_checkpoint() -> No
     assert w.status["preemptions"] == 1
 
 
+def test_work_a_stop_could_not_commit_to_the_bucket_is_in_status_and_said_once() -> None:
+    w = running_world()
+    w.end(1, "Failed", code=EXIT_INTERRUPTED)
+    line = "checkpoint ckpt-000002-00000007 not committed to s3://b/p (timed out): 2 steps lost"
+    msg = termination_message(2, 5, 1.0, {"steps": 2, "reason": line + "\nsecond line"})
+    cs = w.pods["g-worker-1"]["status"]["containerStatuses"][0]["state"]["terminated"]
+    cs.update(message=msg, finishedAt="2026-11-21T12:00:09Z")
+    d = w.step()
+    last = w.status["lastCheckpoint"]
+    assert (last["epoch"], last["step"], last["lostSteps"]) == (2, 5, 2)
+    assert last["lostReason"] == line + " second line"  # one line, whatever the pod wrote
+    said = [m for t, r, m in d.events if (t, r) == ("Warning", "CheckpointNotCommitted")]
+    assert said == [line + " second line"]
+    again = w.step()
+    assert "CheckpointNotCommitted" not in [r for _, r, _ in again.events]
+
+
 @pytest.mark.parametrize(
     "message",
     ["Traceback (most recent call last):", '{"checkpoint": {"epoch": -1, "step": 0}}',

@@ -232,6 +232,28 @@ def parse_termination_message(message: Any) -> tuple[int, int] | None:
     return epoch, step
 
 
+LOST_REASON_MAX = 512  # what status and events carry of the trainer's one line
+
+
+def parse_lost_work(message: Any) -> tuple[int, str] | None:
+    """(steps, reason) of the work a stop could not commit to the bucket, as the trainer's
+    termination message names it, or None. The reason is cut to one line of at most
+    LOST_REASON_MAX characters: the message comes from a container, not from the trainer
+    alone, so it is read as untrusted data."""
+    if parse_termination_message(message) is None:
+        return None
+    lost = json.loads(message).get("lost")
+    if not isinstance(lost, dict):
+        return None
+    steps, reason = lost.get("steps"), lost.get("reason")
+    if type(steps) is not int or not 0 <= steps < _POSITION_LIMIT or not isinstance(reason, str):
+        return None
+    line = " ".join(reason.split())
+    if len(line) > LOST_REASON_MAX:
+        line = line[: LOST_REASON_MAX - 3] + "..."
+    return steps, line
+
+
 # ---- a job's objects and the keys on them (DESIGN §4, §9) ---------------------------------
 
 WORKER_SUFFIX = "-worker-"

@@ -714,6 +714,10 @@ class CheckpointStatus(ApiModel):
     epoch: int = 0
     step: int = 0
     time: str = ""
+    # The work after this checkpoint that a stop could not commit to the bucket in time
+    # (steps, and the trainer's one line why); absent when nothing was lost.
+    lost_steps: int | None = None
+    lost_reason: str | None = None
 
 
 class CostStatus(ApiModel):

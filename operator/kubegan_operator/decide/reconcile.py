@@ -49,6 +49,7 @@ from kubegan_operator.foundation.podstate import (
     WorkerState,
     classify,
     exit_checkpoint,
+    exit_lost_work,
     is_gated,
     queued_by_kueue,
 )
@@ -115,6 +116,7 @@ class Reason(StrEnum):
     backoff_limit_exceeded = "BackoffLimitExceeded"
     invalid_spec = "InvalidSpec"
     queued_by_kueue = "QueuedByKueue"
+    checkpoint_not_committed = "CheckpointNotCommitted"
     trainer_config_error = "TrainerConfigError"
     containers_started = "ContainersStarted"
     # The kubelet's own reasons, passed through when a container cannot start.
@@ -290,7 +292,7 @@ def reconcile(seen: JobSnapshot) -> Decision:
     st = old.model_copy(deep=True)
     st.observed_generation = (raw.get("metadata") or {}).get("generation")
     _record_progress(st, job, seen.progress)
-    _record_exit_checkpoint(st, seen.pods)
+    lost_work = _record_exit_checkpoint(st, seen.pods)
     st.cost = st.cost or CostStatus()
     ctx = Context(
         seen=seen,
@@ -299,6 +301,8 @@ def reconcile(seen: JobSnapshot) -> Decision:
         stale=[p for p in seen.pods if _pod_attempt(p) != st.attempt],
         st=st,
     )
+    if lost_work is not None:
+        ctx.event("Warning", Reason.checkpoint_not_committed, lost_work)
     for step in STEPS:
         if step(ctx):
             break
@@ -324,16 +328,27 @@ def _record_progress(
         )
 
 
-def _record_exit_checkpoint(st: GANTrainingJobStatus, pods: Sequence[Mapping[str, Any]]) -> None:
+def _record_exit_checkpoint(
+    st: GANTrainingJobStatus, pods: Sequence[Mapping[str, Any]]
+) -> str | None:
     """A worker stopped by SIGTERM saves a checkpoint and exits before its metrics can be
-    read again; it names that checkpoint in its termination message. Keep the newest."""
-    named = [c for c in map(exit_checkpoint, pods) if c is not None]
+    read again; it names that checkpoint in its termination message. Keep the newest, with
+    the work after it that the stop could not commit to the bucket; returns the trainer's
+    line about that work when it is news."""
+    named = [(c, exit_lost_work(p)) for p in pods if (c := exit_checkpoint(p)) is not None]
     if not named:
-        return
-    epoch, step, finished = max(named)
+        return None
+    (epoch, step, finished), _ = max(named, key=lambda n: n[0])
+    lost = max((w for c, w in named if w is not None and c[:2] == (epoch, step)), default=None)
     last = st.last_checkpoint
     if last is None or (epoch, step) > (last.epoch, last.step):
-        st.last_checkpoint = CheckpointStatus(epoch=epoch, step=step, time=finished)
+        st.last_checkpoint = last = CheckpointStatus(epoch=epoch, step=step, time=finished)
+    if lost is None or (last.epoch, last.step) != (epoch, step):
+        return None
+    if (last.lost_steps, last.lost_reason) == lost:
+        return None
+    last.lost_steps, last.lost_reason = lost
+    return lost[1]
 
 
 # ---- the steps, in order --------------------------------------------------------------------

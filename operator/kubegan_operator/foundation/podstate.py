@@ -23,6 +23,7 @@ from kubegan_trainer.contract import (
     KUEUE_ADMISSION_GATE,
     KUEUE_TERMINATION_CONDITION,
     WORKER_INDEX_LABEL,
+    parse_lost_work,
     parse_termination_message,
 )
 
@@ -103,6 +104,12 @@ def exit_checkpoint(pod: Mapping[str, Any]) -> tuple[int, int, str] | None:
     if position is None:
         return None  # not the trainer's message: a crash's last output, say
     return *position, str(terminated.get("finishedAt") or "")
+
+
+def exit_lost_work(pod: Mapping[str, Any]) -> tuple[int, str] | None:
+    """(steps, one line) of the work an ended trainer could not commit to its bucket before
+    it stopped, when its termination message says so."""
+    return parse_lost_work(_terminated(pod).get("message"))
 
 
 def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerState:
