@@ -137,6 +137,33 @@ def test_a_checkpoint_truncated_in_the_bucket_is_moved_aside_and_the_previous_us
     assert any("state.pt has 500 bytes, expected 1000" in w for w in warnings), warnings
 
 
+@pytest.mark.parametrize(
+    ("manifest", "said"),
+    [
+        (b"", "manifest.json is malformed (0 bytes, not a manifest)"),
+        (b"{" * (2 << 20), f"manifest.json is malformed ({2 << 20} bytes, not a manifest)"),
+        (b'{"epoch": 2, "step": 0, "files": {"../../x": {}}}', "is not the name of a file"),
+    ],
+)
+def test_a_hostile_manifest_in_the_bucket_is_moved_aside_unread(
+    uri: str, tmp_path: Path, manifest: bytes, said: str
+) -> None:
+    """Whoever can write the bucket can write any manifest: an empty, a huge (never read
+    past the bound) or a path-escaping one is moved aside and the previous checkpoint used."""
+    store = _store(tmp_path / "a", uri)
+    _save(store, Position(1, 0), seed=1)
+    store.finish(30)
+    _save(store, Position(2, 0), seed=2)
+    store.finish(30)
+    obstore.put(_bucket(uri).store, "ckpt-000002-00000000/manifest.json", manifest)
+    warnings: list[str] = []
+    ref = _store(tmp_path / "b", uri, warnings=warnings).latest_valid()
+    assert ref is not None and ref.position == Position(1, 0)
+    assert any(said in w for w in warnings), warnings
+    assert any(k.startswith("corrupt/ckpt-000002-00000000/") for k in _keys(uri))
+    assert not (tmp_path / "x").exists() and not (tmp_path.parent / "x").exists()
+
+
 def test_faults_in_the_bucket_each_give_one_line(uri: str, tmp_path: Path) -> None:
     store = _store(tmp_path / "a", uri)
     _save(store, Position(1, 0), seed=1)

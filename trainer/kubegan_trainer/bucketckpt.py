@@ -53,6 +53,7 @@ from kubegan_trainer.checkpoint import (
     read_manifest,
 )
 from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.files import MANIFEST_MAX_BYTES
 from kubegan_trainer.manifest import MANIFEST, Manifest, ManifestError, parse_manifest
 
 log = logging.getLogger(__name__)
@@ -124,10 +125,22 @@ class BucketCheckpoints:
         """The checked manifest and its raw JSON; ManifestError when it is not one."""
         import obstore
 
+        # A manifest is small; anyone who can write the bucket could make it huge, so no
+        # more than one byte past the bound is ever read (and an empty one is not asked
+        # for: S3 refuses a range of an empty object).
+        listed = remote.objects.get(MANIFEST, (0, None))[0]
+        if listed == 0 or listed > MANIFEST_MAX_BYTES:
+            raise ManifestError(f"{listed} bytes, not a manifest")
         raw = self._call(
             f"read {remote.name}/{MANIFEST}",
-            lambda: bytes(obstore.get(self.store, f"{remote.name}/{MANIFEST}").bytes()),
+            lambda: bytes(
+                obstore.get_range(
+                    self.store, f"{remote.name}/{MANIFEST}", start=0, length=MANIFEST_MAX_BYTES + 1
+                )
+            ),
         )
+        if len(raw) > MANIFEST_MAX_BYTES:
+            raise ManifestError(f"larger than {MANIFEST_MAX_BYTES} bytes")
         manifest = parse_manifest(raw)
         data = json.loads(raw)
         objects = data.get("objects")
