@@ -5,12 +5,16 @@ nodes, holds the second back).
 - two queued jobs: the first is admitted whole and runs; the second waits QueuedByKueue with
   the queue names, its workers behind Kueue's admission gate (never removed by kubegan), and
   runs when the first finishes (its quota released);
+- a high-priority job preempts a running low-priority one (WorkloadPriorityClasses): the low
+  one counts 1 preemption and 0 restarts, is never Failed, waits QueuedByKueue again and runs
+  again when the high one finishes; no evicted worker is left in Kueue's finalizer;
 - a job without the label behaves as today (no Kueue labels, no admission gate).
 
 A control plane of its own: Kueue's webhooks are cluster-wide objects."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,11 +23,13 @@ from typing import Any
 
 import pytest
 from kubegan_trainer.contract import (
+    ATTEMPT_LABEL,
     GANG_GATE,
     JOB_NAME_LABEL,
     KUEUE_ADMISSION_GATE,
     KUEUE_FINALIZER,
     KUEUE_POD_GROUP_LABEL,
+    KUEUE_PRIORITY_CLASS_LABEL,
     KUEUE_QUEUE_LABEL,
 )
 
@@ -35,6 +41,7 @@ from tests.support.kueue import (
     managed_namespace,
     resource_flavor,
     running_kueue,
+    workload_priority_class,
 )
 
 pytestmark = pytest.mark.timeout(900)
@@ -118,8 +125,9 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions", []) if c["type"] == type_), {})
 
 
-def gang_job(name: str, ns: str, *, queue: str | None = QUEUE) -> dict:
-    """16 spot V100s: two workers of 8, one per node (no checkpoint claim: KWOK has none)."""
+def gang_job(name: str, ns: str, *, queue: str | None = QUEUE, priority: str | None = None) -> dict:
+    """16 spot V100s: two workers of 8, one per node (no checkpoint claim: KWOK has none);
+    `priority`: the WorkloadPriorityClass the job names."""
     job = load_example(
         "gan3d-gke-v100-spot.yaml",
         metadata__name=name,
@@ -129,6 +137,8 @@ def gang_job(name: str, ns: str, *, queue: str | None = QUEUE) -> dict:
     )
     if queue:
         job["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: queue}
+    if priority:
+        job["metadata"].setdefault("labels", {})[KUEUE_PRIORITY_CLASS_LABEL] = priority
     return job
 
 
@@ -141,6 +151,8 @@ def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
         cluster.apply(
             resource_flavor("v100-spot"),
             cluster_queue(CLUSTER_QUEUE, "v100-spot", gpus=16),
+            workload_priority_class("low", 100),
+            workload_priority_class("high", 1000),
         )
         operator = Operator(work, kubeconfig=cluster.kubeconfig)
         operator.start()
@@ -232,3 +244,77 @@ def test_a_job_without_the_label_is_not_queued(queued: Queued) -> None:
         assert KUEUE_ADMISSION_GATE not in gates(p) and GANG_GATE not in gates(p)
     q.complete(ns, "plain")
     q.wait_phase(ns, "plain", "Succeeded")
+
+
+class Phases:
+    """Every phase a job shows while the test runs, sampled in the background (a Failed
+    between two waits would otherwise go unseen)."""
+
+    def __init__(self, q: Queued, ns: str, name: str) -> None:
+        self.q, self.ns, self.name = q, ns, name
+        self.seen: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            phase = self.q.phase(self.ns, self.name)
+            if not self.seen or self.seen[-1] != phase:
+                self.seen.append(phase)
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        return self.seen
+
+
+def no_pod_in_kueues_finalizer(q: Queued, ns: str, name: str, attempt: int) -> bool:
+    """No worker of `attempt` is left in Kueue's finalizer (they are gone, or free of it)."""
+    return not any(
+        KUEUE_FINALIZER in (p["metadata"].get("finalizers") or [])
+        for p in q.pods(ns, name)
+        if p["metadata"]["labels"].get(ATTEMPT_LABEL) == str(attempt)
+    )
+
+
+def test_a_higher_priority_job_preempts_a_running_lower_one(queued: Queued) -> None:
+    q, ns = queued, queued.namespace()
+    q.cluster.apply(gang_job("low", ns, priority="low"))
+    q.wait_phase(ns, "low", "Running")
+    phases = Phases(q, ns, "low")
+    try:
+        q.cluster.apply(gang_job("high", ns, priority="high"))
+        # Kueue evicts low's Workload (TerminationTarget, then deletes its workers): a
+        # preemption, never a restart.
+        wait_for(
+            "low counting Kueue's preemption",
+            lambda: q.status(ns, "low").get("preemptions") == 1,
+            timeout=120,
+        )
+        st = q.status(ns, "low")
+        assert st.get("restarts", 0) == 0, q.describe(ns, "low")
+        try:
+            wait_for(
+                "low's evicted workers out of Kueue's finalizer",
+                lambda: no_pod_in_kueues_finalizer(q, ns, "low", 0),
+                timeout=180,
+            )
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{q.describe(ns, 'low')}") from None
+        q.wait_phase(ns, "high", "Running", timeout=180)
+        # The next attempt of low waits for quota behind Kueue's gate, uncharged.
+        cond = queued_by_kueue(q, ns, "low", timeout=120)
+        assert f"ClusterQueue {CLUSTER_QUEUE}" in cond["message"], cond
+        assert_held_by_kueue(q, ns, "low")
+        assert q.status(ns, "low").get("attempt") == 1
+        q.complete(ns, "high")
+        q.wait_phase(ns, "high", "Succeeded")
+        q.wait_phase(ns, "low", "Running", timeout=180)
+        st = q.status(ns, "low")
+        assert (st.get("preemptions"), st.get("restarts", 0)) == (1, 0), q.describe(ns, "low")
+    finally:
+        seen = phases.stop()
+    assert "Failed" not in seen, seen
+    q.complete(ns, "low")
+    q.wait_phase(ns, "low", "Succeeded")

@@ -35,6 +35,7 @@ from kubegan_trainer.contract import (
     CONTAINER_NAME,
     GANG_GATE,
     JOB_NAME_LABEL,
+    KUEUE_FINALIZER,
     config_map_name,
     service_name,
 )
@@ -370,9 +371,12 @@ class World:
         self._shown[kind][meta["name"]] = (identity, contents)
         return True
 
-    def controller(self, kube: Any = None) -> controller.Controller:
-        """The operator's controller over this world's indexes (no trainer progress reads)."""
-        self.ctl = controller.Controller(kube=kube, read_progress=False, capacity=self.idx.capacity)
+    def controller(self, kube: Any = None, **options: Any) -> controller.Controller:
+        """The operator's controller over this world's indexes (no trainer progress reads);
+        `options`: more of the Controller's (default_queues=..., as the operator's flags)."""
+        self.ctl = controller.Controller(
+            kube=kube, read_progress=False, capacity=self.idx.capacity, **options
+        )
         self.ctl.attach(self.idx.indices())
         return self.ctl
 
@@ -455,6 +459,9 @@ class RecordingKube:
     def delete_pod(self, namespace: str, name: str, force: bool) -> None:
         self.calls.append(("delete", name))
 
+    def remove_finalizer(self, namespace: str, name: str) -> None:
+        self.calls.append(("unfinalize", name))
+
     def event(self, *args: Any) -> None:
         self.events.append(args)
 
@@ -489,9 +496,10 @@ class JobWorld(World):
     """Nodes n0, n1, n2 (8 GPUs each), one job with its Service and ConfigMap, and the job's
     pods; `step()` observes the job as a sync does, decides with `reconcile()` and applies
     the decision the way the operator and a scheduler/kubelet would. The clock (`now`) and
-    the planner (it answers `plan`, counting `plans_made`) are the test's."""
+    the planner (it answers `plan`, counting `plans_made`) are the test's; `options`: the
+    Controller's (World.controller)."""
 
-    def __init__(self, job: dict[str, Any], plan: Plan = PLAN) -> None:
+    def __init__(self, job: dict[str, Any], plan: Plan = PLAN, **options: Any) -> None:
         super().__init__()
         self.job = self.add_job(job)
         self.plan = plan
@@ -507,7 +515,7 @@ class JobWorld(World):
             self.add_owned({"apiVersion": "v1", "kind": kind, "metadata": meta})
         # Kueue's objects in the namespace, by (kind, name): what kube.kueue_objects reads.
         self.kueue: dict[tuple[str, str], dict[str, Any]] = {}
-        self.controller(kube=KueueReads(self.kueue))
+        self.controller(kube=KueueReads(self.kueue), **options)
 
     def snapshot(self, progress: ProgressUpdate | None = None) -> JobSnapshot:
         """What a sync observes now (runtime.observe over the indexes the watch filled from
@@ -552,6 +560,11 @@ class JobWorld(World):
             ]
         for name, _force in d.delete_pods:
             self.pods.pop(name, None)
+        for name in d.release_finalizers:  # kube.remove_finalizer takes Kueue's alone
+            meta = self.pods[name]["metadata"]
+            meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != KUEUE_FINALIZER]
+            if not meta["finalizers"] and meta.get("deletionTimestamp"):
+                self.pods.pop(name)  # its kubelet was done: the last finalizer held it
         self.last = d
         return d
 

@@ -2,17 +2,31 @@
 its workers are one Kueue plain-pod group per attempt; while Kueue's admission gate holds
 them the job says QueuedByKueue with the queues and Kueue's words (Pending, not charged), and
 kubegan lifts only its own gate; Kueue's eviction of the gang counts a preemption, not a
-restart, and the next attempt is a new group that waits to be admitted again."""
+restart, and the next attempt is a new group that waits to be admitted again; a worker stuck
+in deletion past its grace period has Kueue's finalizer (and only it) taken off by kubegan,
+whatever the job's state, so no pod group outlives its gang."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import Any
 
 from kubegan_operator.foundation.kueue import QueueWait, queue_wait
-from kubegan_operator.foundation.podstate import Outcome, classify
+from kubegan_operator.foundation.podstate import (
+    KUEUE_FINALIZER_AFTER_SECONDS,
+    Outcome,
+    classify,
+    kueue_finalizer_due,
+)
+from kubegan_operator.foundation.timeutil import now_iso
+from kubegan_operator.runtime.cache import index_job_pod
+from kubegan_operator.runtime.kube import finalizer_removal
 from kubegan_trainer.contract import (
+    ATTEMPT_LABEL,
     GANG_GATE,
     KUEUE_ADMISSION_GATE,
+    KUEUE_FINALIZER,
     KUEUE_POD_GROUP_COUNT_ANNOTATION,
     KUEUE_POD_GROUP_LABEL,
     KUEUE_PRIORITY_CLASS_LABEL,
@@ -21,7 +35,7 @@ from kubegan_trainer.contract import (
     KUEUE_TERMINATION_CONDITION,
 )
 
-from tests.support.world import JobWorld, gan_job
+from tests.support.world import JobWorld, RecordingKube, World, gan_job, node, pod_body
 
 QUEUE, CLUSTER_QUEUE = "team-a", "gpu-pool"
 PENDING = "couldn't assign flavors to pod set workers: insufficient unused quota for nvidia.com/gpu"
@@ -178,3 +192,166 @@ def test_queue_wait_reads_kueues_words() -> None:
     assert none_yet.cluster_queue == "" and "not created" in none_yet.message
     admitted_elsewhere = {"status": {"admission": {"clusterQueue": "cq2"}, "conditions": []}}
     assert queue_wait(QUEUE, admitted_elsewhere, None).cluster_queue == "cq2"
+
+
+def kueue_webhook_finalizes(w: JobWorld) -> None:
+    """Kueue's pod webhook also puts its finalizer on every worker of a group."""
+    for p in w.pods.values():
+        if p["metadata"]["labels"].get(KUEUE_QUEUE_LABEL):
+            finalizers = p["metadata"].setdefault("finalizers", [])
+            if KUEUE_FINALIZER not in finalizers:
+                finalizers.append(KUEUE_FINALIZER)
+
+
+def admitted_and_running() -> JobWorld:
+    w = JobWorld(queued_job())
+    w.step()
+    kueue_webhook(w)
+    kueue_webhook_finalizes(w)
+    w.step()
+    kueue_admits(w)
+    w.schedule_and_run()
+    w.step()
+    assert w.status["phase"] == "Running"
+    return w
+
+
+def kueue_evicts(w: JobWorld, grace: float = 60) -> None:
+    """Kueue stops the gang: TerminationTarget, then a delete (deletionTimestamp: now plus
+    the grace period, as the apiserver writes it)."""
+    for p in w.pods.values():
+        p["status"]["conditions"] = [
+            {"type": KUEUE_TERMINATION_CONDITION, "status": "True", "reason": "WorkloadEvicted",
+             "message": "Preempted to accommodate a workload (UID: x) due to prioritization"}
+        ]  # fmt: skip
+        p["metadata"]["deletionTimestamp"] = now_iso(w.now + timedelta(seconds=grace))
+
+
+def test_a_worker_stuck_in_deletion_leaves_kueues_finalizer_after_its_grace() -> None:
+    """The evicted gang's workers never finish terminating (their kubelet is gone): past
+    their deletion time and the margin, kubegan takes Kueue's finalizer off; the next attempt
+    (a new pod group) is created once they are gone. Never sooner: Kueue goes first."""
+    w = admitted_and_running()
+    kueue_evicts(w, grace=60)
+    d = w.step()
+    assert w.status["preemptions"] == 1 and w.status.get("restarts", 0) == 0
+    assert not d.release_finalizers
+    # Reconciled again when the first finalizer falls due, not only by some later event.
+    assert d.requeue_after is not None and d.requeue_after <= 60 + KUEUE_FINALIZER_AFTER_SECONDS
+    d = w.step(30)
+    assert not d.release_finalizers and not d.create and w.status["phase"] == "Restarting"
+    d = w.step(40)  # 70 s after the eviction: the grace and the margin have passed
+    assert sorted(d.release_finalizers) == ["g-worker-0", "g-worker-1"]
+    assert not w.pods  # the last finalizer held them
+    d = w.step()
+    groups = {
+        o["metadata"]["labels"][KUEUE_POD_GROUP_LABEL] for o in d.create if o["kind"] == "Pod"
+    }
+    assert groups == {"g-uid-g-1"}
+
+
+def test_a_running_worker_keeps_kueues_finalizer() -> None:
+    w = admitted_and_running()
+    for _ in range(3):
+        d = w.step(600)
+        assert not d.release_finalizers
+    assert all(KUEUE_FINALIZER in p["metadata"]["finalizers"] for p in w.pods.values())
+
+
+def test_a_finished_jobs_deleted_workers_leave_kueues_finalizer() -> None:
+    """A finished (here: failed past its deadline) job's workers deleted and stuck: their
+    pod group must not hold on to the ClusterQueue's quota."""
+    w = JobWorld(queued_job())
+    w.job["spec"]["runPolicy"] = {"activeDeadlineSeconds": 100}
+    w.step()
+    kueue_webhook(w)
+    kueue_webhook_finalizes(w)
+    w.step()
+    kueue_admits(w)
+    w.schedule_and_run()
+    w.step()
+    d = w.step(200)
+    assert w.status["phase"] == "Failed" and sorted(n for n, _ in d.delete_pods) == [
+        "g-worker-0",
+        "g-worker-1",
+    ]
+    w.pods.clear()  # the world drops deleted pods at once; put them back, stuck
+    for i in range(2):
+        body = pod_body("g", i, node=f"n{i}")
+        body["metadata"]["finalizers"] = ["example.com/keep", KUEUE_FINALIZER]
+        body["metadata"]["deletionTimestamp"] = now_iso(w.now)
+        w.pods[body["metadata"]["name"]] = body
+    d = w.step(KUEUE_FINALIZER_AFTER_SECONDS)
+    assert sorted(d.release_finalizers) == ["g-worker-0", "g-worker-1"]
+    assert all(p["metadata"]["finalizers"] == ["example.com/keep"] for p in w.pods.values())
+    assert not w.step().release_finalizers  # taken off once
+
+
+def test_a_pod_the_job_does_not_own_keeps_its_finalizer() -> None:
+    w = admitted_and_running()
+    stray = pod_body("g", 7, node="n2")
+    stray["metadata"]["ownerReferences"] = [{"uid": "someone-else"}]
+    stray["metadata"]["finalizers"] = [KUEUE_FINALIZER]
+    stray["metadata"]["deletionTimestamp"] = now_iso(w.now - timedelta(hours=1))
+    w.pods["g-worker-7"] = stray
+    assert not w.step().release_finalizers
+
+
+def test_kueue_finalizer_due_reads_the_deletion_time() -> None:
+    w = JobWorld(queued_job())
+    body = pod_body("g", 0, node="n0")
+    assert kueue_finalizer_due(body, w.now) is None  # no finalizer
+    body["metadata"]["finalizers"] = [KUEUE_FINALIZER]
+    assert kueue_finalizer_due(body, w.now) is None  # not being deleted
+    body["metadata"]["deletionTimestamp"] = now_iso(w.now + timedelta(seconds=30))
+    assert kueue_finalizer_due(body, w.now) == 30 + KUEUE_FINALIZER_AFTER_SECONDS
+    assert kueue_finalizer_due(body, w.now + timedelta(hours=1)) == 0
+
+
+def test_the_finalizer_patch_removes_kueues_entry_alone_and_tests_it() -> None:
+    assert finalizer_removal([KUEUE_FINALIZER]) == [
+        {"op": "test", "path": "/metadata/finalizers/0", "value": KUEUE_FINALIZER},
+        {"op": "remove", "path": "/metadata/finalizers/0"},
+    ]
+    assert finalizer_removal(["a.example/x", KUEUE_FINALIZER])[1] == {  # type: ignore[index]
+        "op": "remove",
+        "path": "/metadata/finalizers/1",
+    }
+    assert finalizer_removal(["a.example/x"]) is None
+    assert finalizer_removal([]) is None
+
+
+def test_the_pod_index_keeps_the_finalizers() -> None:
+    body = pod_body("g", 0, node="n0")
+    body["metadata"]["finalizers"] = [KUEUE_FINALIZER]
+    body["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:05Z"
+    (slim,) = index_job_pod(body).values()
+    assert slim["metadata"]["finalizers"] == [KUEUE_FINALIZER]
+    assert slim["metadata"]["deletionTimestamp"] == "2026-11-21T12:00:05Z"
+
+
+def test_a_sync_sends_one_finalizer_removal_per_stuck_worker() -> None:
+    """Through the controller's observe and apply path: the watch's pod (its finalizers kept
+    by the index) in, one kube.remove_finalizer per stuck worker of the job out."""
+    world = World()
+    for i in range(3):
+        world.add_node(node(f"n{i}"))
+    job = queued_job()
+    job["status"] = {"phase": "Restarting", "attempt": 1, "preemptions": 1}
+    world.add_job(job)
+    for i in range(2):
+        body = pod_body("g", i, node=f"n{i}")
+        body["metadata"]["labels"][ATTEMPT_LABEL] = "0"
+        body["metadata"]["finalizers"] = [KUEUE_FINALIZER]
+        body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # long past
+        world.add_pod(body)
+    kube = RecordingKube(world)
+    ctl = world.controller(kube)
+
+    async def run() -> None:
+        await ctl.sync(("ns", "g"))
+        ctl.threads.shutdown(wait=True)
+
+    asyncio.run(run())
+    assert sorted(n for c, n in kube.calls if c == "unfinalize") == ["g-worker-0", "g-worker-1"]
+    assert not any(c in ("create", "delete") for c, _ in kube.calls)  # the old gang goes first

@@ -51,6 +51,7 @@ from kubegan_operator.foundation.podstate import (
     exit_checkpoint,
     exit_lost_work,
     is_gated,
+    kueue_finalizer_due,
     queued_by_kueue,
 )
 from kubegan_operator.foundation.progress import ProgressUpdate
@@ -135,6 +136,8 @@ class Decision:
     create: list[dict[str, Any]] = field(default_factory=list)
     lift_gates: list[str] = field(default_factory=list)
     delete_pods: list[tuple[str, bool]] = field(default_factory=list)  # (name, force)
+    # Workers whose Kueue finalizer kubegan takes off (podstate.kueue_finalizer_due).
+    release_finalizers: list[str] = field(default_factory=list)
     delete_job: bool = False
     status: dict[str, Any] | None = None  # the whole new status, when it changed
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
@@ -303,10 +306,25 @@ def reconcile(seen: JobSnapshot) -> Decision:
     )
     if lost_work is not None:
         ctx.event("Warning", Reason.checkpoint_not_committed, lost_work)
+    _release_kueue_finalizers(ctx)
     for step in STEPS:
         if step(ctx):
             break
     return _finish(ctx.d, old, ctx.st)
+
+
+def _release_kueue_finalizers(c: Context) -> None:
+    """Whatever the job's state (running, restarting, finished, suspended): a worker deleted
+    long enough ago to be stuck must not keep its pod group in Kueue's finalizer, or the
+    next attempt waits for it forever and a finished job's group never goes (issue 25)."""
+    for p in c.pods:
+        due = kueue_finalizer_due(p, c.now)
+        if due is None:
+            continue
+        if due > 0:
+            c.requeue(due)
+        else:
+            c.d.release_finalizers.append(_name(p))
 
 
 def _record_progress(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -21,11 +22,14 @@ from kubegan_trainer.contract import (
     EXIT_USER_ERROR,
     GANG_GATE,
     KUEUE_ADMISSION_GATE,
+    KUEUE_FINALIZER,
     KUEUE_TERMINATION_CONDITION,
     WORKER_INDEX_LABEL,
     parse_lost_work,
     parse_termination_message,
 )
+
+from kubegan_operator.foundation.timeutil import parse_time
 
 # Pod status reasons set by the kubelet or node lifecycle when the node, not the code, ended it.
 DISRUPTION_REASONS = frozenset(
@@ -238,3 +242,26 @@ def is_gated(pod: Mapping[str, Any]) -> bool:
 def queued_by_kueue(pod: Mapping[str, Any]) -> bool:
     """Whether Kueue's admission gate holds the pod (its Workload is not admitted yet)."""
     return KUEUE_ADMISSION_GATE in _gates(pod)
+
+
+# Kueue takes its finalizer off a worker once the pod is terminal; past its deletion time
+# plus this, kubegan takes it off instead (see kueue_finalizer_due).
+KUEUE_FINALIZER_AFTER_SECONDS = 10.0
+
+
+def kueue_finalizer_due(pod: Mapping[str, Any], now: datetime) -> float | None:
+    """Seconds until kubegan takes Kueue's finalizer off its worker `pod` (0: now); None
+    when the pod has none or is not being deleted. Kueue removes it once the pod is terminal
+    (its Workload finished or the pod replaced), but a pod whose kubelet never reports it
+    terminal (a node gone for good, a force-deleted pod, KWOK) would keep it forever and, with
+    it, the gang's pod group: the next attempt waits for the old gang to go. The apiserver
+    sets a pod's deletionTimestamp to the deletion request plus its grace period, and taking
+    the finalizer off never cuts that short (the pod stays until its kubelet is done), so past
+    that time (and a margin for Kueue to act first) nobody else will."""
+    meta = pod.get("metadata") or {}
+    if KUEUE_FINALIZER not in (meta.get("finalizers") or []):
+        return None
+    deleting = parse_time(meta.get("deletionTimestamp"))
+    if deleting is None:
+        return None
+    return max(0.0, (deleting - now).total_seconds() + KUEUE_FINALIZER_AFTER_SECONDS)

@@ -1,8 +1,9 @@
 """Carrying out a reconcile's `Decision` (apply, after observe and decide).
 
-Status first, over the resourceVersion it was computed from, then creates, gate lifts and
-deletes (each kind at once: every request is a round trip, and a busy apiserver makes a
-gang's creates one after another cost seconds), then events in the background.
+Status first, over the resourceVersion it was computed from, then creates, gate lifts,
+deletes and Kueue finalizers taken off stuck workers (each kind at once: every request is a
+round trip, and a busy apiserver makes a gang's creates one after another cost seconds),
+then events in the background.
 
 What the operator writes, its watch shows only later, and a level-based reconcile must not
 act twice on one state. So before anything is sent, `Applier.apply` records in one place
@@ -70,6 +71,9 @@ class Applier:
         await self.threads.all(self.kube.lift_gates, lifts)
         await self.threads.all(
             self.kube.delete_pod, [(namespace, pod, force) for pod, force in d.delete_pods]
+        )
+        await self.threads.all(
+            self.kube.remove_finalizer, [(namespace, pod) for pod in d.release_finalizers]
         )
         for type_, reason, message in d.events:
             self.threads.post(self.kube.event, seen.job, type_, reason, message)

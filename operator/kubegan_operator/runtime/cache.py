@@ -103,7 +103,10 @@ def index_pod_usage(body: Mapping[str, Any]) -> dict[str, PodUsage]:
 
 # The parts of a worker pod reconcile and classify read; the rest (managedFields, the
 # rendered container) is not kept, so a thousand workers cost little memory.
-_POD_META = ("name", "namespace", "uid", "labels", "annotations", "ownerReferences")
+# `finalizers`: Kueue's, taken off a worker stuck in deletion (podstate.kueue_finalizer_due).
+_POD_META = (
+    "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "finalizers",
+)  # fmt: skip
 
 
 def index_job_pod(body: Mapping[str, Any]) -> dict[JobKey, dict[str, Any]]:

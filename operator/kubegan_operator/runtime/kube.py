@@ -6,12 +6,12 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
-from kubegan_trainer.contract import GANG_GATE
+from kubegan_trainer.contract import GANG_GATE, KUEUE_FINALIZER
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -34,17 +34,33 @@ LIFT_ATTEMPTS = 5
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
 
+def _entry_removal(path: str, values: Sequence[Any], value: str, key: str = "") -> list[Any] | None:
+    """A JSON patch that removes `value` from the list at `path` (whose entries read as
+    `values`) and nothing else, refused if that entry moved meanwhile (its `key` field, or
+    the entry itself, is tested); None when `value` is not there."""
+    if value not in values:
+        return None
+    entry = f"{path}/{list(values).index(value)}"
+    return [
+        {"op": "test", "path": f"{entry}/{key}" if key else entry, "value": value},
+        {"op": "remove", "path": entry},
+    ]
+
+
 def gate_removal(gates: Sequence[Mapping[str, Any]], gate: str = GANG_GATE) -> list[Any] | None:
     """A JSON patch that removes `gate` from a pod whose scheduling gates are `gates` and
     nothing else, refused if that entry moved meanwhile; None when `gate` is not there."""
     names = [g.get("name") for g in gates]
-    if gate not in names:
-        return None
-    entry = f"/spec/schedulingGates/{names.index(gate)}"
-    return [
-        {"op": "test", "path": f"{entry}/name", "value": gate},
-        {"op": "remove", "path": entry},
-    ]
+    return _entry_removal("/spec/schedulingGates", names, gate, "name")
+
+
+def finalizer_removal(
+    finalizers: Sequence[str], finalizer: str = KUEUE_FINALIZER
+) -> list[Any] | None:
+    """A JSON patch that removes `finalizer` from an object whose finalizers are `finalizers`
+    and nothing else (another controller's stay), refused if that entry moved meanwhile;
+    None when it is not there."""
+    return _entry_removal("/metadata/finalizers", finalizers, finalizer)
 
 
 KUBECONFIG_MAX_BYTES = 16 * 1024 * 1024  # kubeconfigs are kilobytes; bounds a runaway file
@@ -219,16 +235,46 @@ class Kube:
 
     def lift_gates(self, namespace: str, name: str) -> None:
         """Remove kubegan's gang gate, and only it: other controllers' gates (Kueue's
-        admission gate) stay. The patch tests the entry it removes, so a list that changed
-        since it was read is refused rather than cut at the wrong place; then the pod is read
-        again and the removal retried. The first try assumes the rendered order (kubegan's
-        gate first; admission webhooks append theirs), which saves a read per worker."""
+        admission gate) stay. The first try assumes the rendered order (kubegan's gate
+        first; admission webhooks append theirs), which saves a read per worker."""
+        self._remove_entry(
+            namespace,
+            name,
+            lambda pod: gate_removal((pod.get("spec") or {}).get("schedulingGates") or []),
+            {"spec": {"schedulingGates": [{"name": GANG_GATE}]}},
+            "scheduling gates",
+        )
+
+    def remove_finalizer(self, namespace: str, name: str) -> None:
+        """Take Kueue's finalizer off one of kubegan's workers, and only that finalizer
+        (podstate.kueue_finalizer_due says when). The first try assumes it is the pod's only
+        finalizer, as Kueue's webhook leaves it."""
+        self._remove_entry(
+            namespace,
+            name,
+            lambda pod: finalizer_removal((pod.get("metadata") or {}).get("finalizers") or []),
+            {"metadata": {"finalizers": [KUEUE_FINALIZER]}},
+            "finalizers",
+        )
+
+    def _remove_entry(
+        self,
+        namespace: str,
+        name: str,
+        removal: Callable[[Mapping[str, Any]], list[Any] | None],
+        guess: Mapping[str, Any],
+        what: str,
+    ) -> None:
+        """Send the JSON patch `removal` makes of the pod, first as `guess` has it, then as
+        read again each time the patch's `test` is refused (the list changed since it was
+        read: it is never cut at the wrong place). Done when there is nothing to remove or
+        the pod is gone."""
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-        gates: list[Any] = [{"name": GANG_GATE}]
+        pod = guess
         for _ in range(LIFT_ATTEMPTS):
-            patch = gate_removal(gates)
+            patch = removal(pod)
             if patch is None:
-                return  # lifted already (by an earlier sync), or never gated
+                return  # removed already (by an earlier sync), or never there
             try:
                 self._send("PATCH", path, patch, "application/json-patch+json", answer=False)
                 return
@@ -243,10 +289,7 @@ class Kube:
                 if err.status == 404:
                     return
                 raise
-            gates = (pod.get("spec") or {}).get("schedulingGates") or []
-        raise ApiException(
-            status=409, reason=f"pod {namespace}/{name}: its scheduling gates kept changing"
-        )
+        raise ApiException(status=409, reason=f"pod {namespace}/{name}: its {what} kept changing")
 
     def delete_pod(self, namespace: str, name: str, force: bool) -> None:
         options: dict[str, Any] = {"propagationPolicy": "Background"}
