@@ -164,6 +164,28 @@ def test_a_hostile_manifest_in_the_bucket_is_moved_aside_unread(
     assert not (tmp_path / "x").exists() and not (tmp_path.parent / "x").exists()
 
 
+def test_an_object_that_grew_under_its_manifest_is_not_downloaded_whole(
+    uri: str, tmp_path: Path
+) -> None:
+    """The listing said 1000 bytes; by the download the object is 40 MiB: reading stops
+    soon after the manifest's size and nothing is installed."""
+    store = _store(tmp_path / "a", uri)
+    _save(store, Position(1, 0), seed=1)
+    store.finish(30)
+    b = _bucket(uri)
+    remote = b.list()[-1]
+    key = next(k for k in _keys(uri) if k.endswith("/state.pt"))
+    obstore.put(b.store, key, b"z" * (40 << 20))
+    why = b.download(remote, tmp_path / "b")
+    assert (
+        why is not None
+        and why.startswith("state.pt has ")
+        and why.endswith("bytes, expected 1000 (changed under its manifest)")
+    ), why
+    assert int(why.split()[2]) < 20 << 20
+    assert not (tmp_path / "b" / remote.name).exists()
+
+
 def test_faults_in_the_bucket_each_give_one_line(uri: str, tmp_path: Path) -> None:
     store = _store(tmp_path / "a", uri)
     _save(store, Position(1, 0), seed=1)

@@ -236,7 +236,9 @@ class BucketCheckpoints:
                 key = f"{remote.name}/{data['objects']}/{file}"
                 got = self._call(
                     f"download {remote.name}/{file}",
-                    lambda key=key, file=file: _fetch(self.store, key, staging / file, obstore),
+                    lambda key=key, file=file, entry=entry: _fetch(
+                        self.store, key, staging / file, obstore, entry.size
+                    ),
                 )
                 if got is None:
                     return f"the manifest names {file}, which is missing from the bucket"
@@ -296,8 +298,10 @@ def astuple(pos: Position) -> tuple[int, int]:
     return pos.epoch, pos.step
 
 
-def _fetch(store: Any, key: str, dest: Path, obstore: Any) -> tuple[int, str] | None:
-    """Stream one object to `dest`: (bytes, sha256), or None when it does not exist."""
+def _fetch(store: Any, key: str, dest: Path, obstore: Any, limit: int) -> tuple[int, str] | None:
+    """Stream one object to `dest`: (bytes, sha256), or None when it does not exist. An
+    object that grows past `limit` (its manifest's size) is not read further: the size
+    returned then says it is not the file the manifest names."""
     from obstore.exceptions import NotFoundError
 
     try:
@@ -310,6 +314,8 @@ def _fetch(store: Any, key: str, dest: Path, obstore: Any) -> tuple[int, str] | 
             f.write(chunk)
             h.update(chunk)
             size += len(chunk)
+            if size > limit:
+                break
     return size, h.hexdigest()
 
 
