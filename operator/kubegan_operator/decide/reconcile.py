@@ -16,7 +16,7 @@ exclusive conditions and the cost accrual in step with it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -56,6 +56,12 @@ from kubegan_operator.foundation.podstate import (
 )
 from kubegan_operator.foundation.progress import ProgressUpdate
 from kubegan_operator.foundation.timeutil import now_iso, parse_time
+from kubegan_operator.placement.gang import (
+    GangMode,
+    join_pod_group,
+    pod_group_of,
+    render_pod_group,
+)
 from kubegan_operator.placement.planner import Plan
 from kubegan_operator.placement.render import render_config_map, render_pod, render_service
 
@@ -138,6 +144,7 @@ class Decision:
     delete_pods: list[tuple[str, bool]] = field(default_factory=list)  # (name, force)
     # Workers whose Kueue finalizer kubegan takes off (podstate.kueue_finalizer_due).
     release_finalizers: list[str] = field(default_factory=list)
+    delete_groups: list[str] = field(default_factory=list)  # native gangs' PodGroups
     delete_job: bool = False
     status: dict[str, Any] | None = None  # the whole new status, when it changed
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
@@ -266,13 +273,17 @@ class Context:
     def delete(self, pods: Sequence[Mapping[str, Any]], which: str = "unfinished") -> None:
         """Delete `which` of `pods`: "live" ones (not being deleted yet), "unfinished" ones
         (live, or stuck in deletion on a gone or NotReady node: force those), or "all"."""
-        self.d.delete_pods += [
-            (_name(p), _force(p, self.node_ready))
+        going = [
+            p
             for p in pods
             if which == "all"
             or not (p.get("metadata") or {}).get("deletionTimestamp")
             or (which == "unfinished" and _force(p, self.node_ready))
         ]
+        self.d.delete_pods += [(_name(p), _force(p, self.node_ready)) for p in going]
+        # A native gang's PodGroup goes with its workers: the next attempt has its own.
+        groups = {g for p in going if (g := pod_group_of(p))}
+        self.d.delete_groups += sorted(groups - set(self.d.delete_groups))
 
 
 # A step returns True when the job needs nothing more this time (the remaining steps would
@@ -533,21 +544,12 @@ def _create_workers(c: Context, plan: Plan) -> None:
     )
     assert st.cost is not None
     st.cost.rate_per_hour = plan.cost_per_hour
-    c.d.create += [
-        render_pod(c.job, plan, i, uid=c.uid, attempt=st.attempt) for i in range(plan.workers)
-    ]
+    c.d.create += _render_workers(c, plan, range(plan.workers))
     c.condition(
         ConditionType.created,
         True,
         Reason.workers_created,
-        f"attempt {st.attempt}: {plan.workers} worker(s) created"
-        + (
-            ", ungated: pending for the autoscaler to see"
-            if plan.waits_for_capacity()
-            else ", gated until all exist"
-            if plan.workers > 1
-            else ""
-        ),
+        f"attempt {st.attempt}: {plan.workers} worker(s) created" + _held(c, plan),
     )
     c.event(
         "Normal",
@@ -555,6 +557,32 @@ def _create_workers(c: Context, plan: Plan) -> None:
         f"attempt {st.attempt}: {plan.workers} worker(s), strategy {plan.strategy}, nodes "
         f"{where(plan)}, {hourly(plan.cost_per_hour)}",
     )
+
+
+def _native(c: Context, plan: Plan) -> bool:
+    """Whether the gang is held by a native PodGroup (a gang of one needs no holding)."""
+    return c.seen.gang == GangMode.native and plan.workers > 1
+
+
+def _held(c: Context, plan: Plan) -> str:
+    """How the new gang waits until it is whole, for the Created condition."""
+    if _native(c, plan):
+        return ", held by the scheduler until all exist (a native PodGroup)"
+    if plan.waits_for_capacity():
+        return ", ungated: pending for the autoscaler to see"
+    return ", gated until all exist" if plan.workers > 1 else ""
+
+
+def _render_workers(c: Context, plan: Plan, indices: Iterable[int]) -> list[dict[str, Any]]:
+    """Workers `indices` of the current attempt. With native gangs, members of the attempt's
+    PodGroup, which comes first in the list (created again with missing workers: a conflict
+    then is harmless, and a group lost to a cut-short create is made)."""
+    pods = [render_pod(c.job, plan, i, uid=c.uid, attempt=c.st.attempt) for i in indices]
+    if not _native(c, plan):
+        return pods
+    group = render_pod_group(c.job, plan.workers, c.uid, c.st.attempt)
+    name = group["metadata"]["name"]
+    return [group, *(join_pod_group(p, name) for p in pods)]
 
 
 def where(plan: Plan) -> str:
@@ -600,7 +628,7 @@ def release_gang(c: Context) -> bool:
         return True
     have = {_name(p) for p in c.current}
     missing = [i for i in range(plan.workers) if worker_name(c.job.metadata.name, i) not in have]
-    released = any(not is_gated(p) for p in c.current)
+    released = any(map(_released, c.current))
     if missing and released:
         # A worker of a released gang vanished (force-deleted, garbage-collected with its
         # node, or gone while the operator was down): its peers cannot go on without it.
@@ -610,7 +638,7 @@ def release_gang(c: Context) -> bool:
     if missing:
         # Not released yet (every worker still gated): the creates were cut short (the
         # operator died, or a create failed); finish them.
-        c.d.create += [render_pod(c.job, plan, i, uid=c.uid, attempt=st.attempt) for i in missing]
+        c.d.create += _render_workers(c, plan, missing)
         transition(st, Phase.pending, c.now)
         return True
     c.d.lift_gates = [_name(p) for p in c.current if is_gated(p)]
@@ -620,6 +648,15 @@ def release_gang(c: Context) -> bool:
         st.released_attempt = st.attempt
         st.released_at = c.ts
     return False
+
+
+def _released(pod: Mapping[str, Any]) -> bool:
+    """Whether the scheduler may bind the worker now: kubegan's gate is off it. A member of a
+    native gang carries no gate, and the scheduler binds none before all exist: it counts as
+    released once bound."""
+    if pod_group_of(pod):
+        return bool((pod.get("spec") or {}).get("nodeName"))
+    return not is_gated(pod)
 
 
 def gang_succeeded(c: Context) -> bool:

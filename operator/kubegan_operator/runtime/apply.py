@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from kubegan_operator.decide.reconcile import Decision, failed_status
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.foundation.topology import PodUsage, pod_usage
+from kubegan_operator.placement.gang import POD_GROUP_KIND
 from kubegan_operator.runtime import cache, metrics
 from kubegan_operator.runtime.threads import ApiThreads
 
@@ -61,8 +62,13 @@ class Applier:
         written = None
         if d.status is not None:
             written, lifts = await self._write_status(key, seen.job, d, lifts)
+        # A native gang's PodGroup before its workers, so none names a group not there yet.
+        groups = [o for o in d.create if o.get("kind") == POD_GROUP_KIND]
+        objs = [o for o in d.create if o.get("kind") != POD_GROUP_KIND]
         try:
-            answers = await self.threads.all(self.kube.create, [(obj,) for obj in d.create])
+            if groups:
+                await self.threads.all(self.kube.create, [(obj,) for obj in groups])
+            answers = await self.threads.all(self.kube.create, [(obj,) for obj in objs])
         except ApiException as err:
             if err.status not in (400, 422):
                 raise
@@ -72,6 +78,10 @@ class Applier:
         await self.threads.all(
             self.kube.delete_pod, [(namespace, pod, force) for pod, force in d.delete_pods]
         )
+        if d.delete_groups:  # native gangs only
+            await self.threads.all(
+                self.kube.delete_pod_group, [(namespace, group) for group in d.delete_groups]
+            )
         await self.threads.all(
             self.kube.remove_finalizer, [(namespace, pod) for pod in d.release_finalizers]
         )
@@ -86,7 +96,7 @@ class Applier:
         if d.delete_job:
             await self.threads.run(self.kube.delete_job, namespace, name)
             metrics.forget_job(namespace, name)
-        created = _created_workers(d, answers)
+        created = _created_workers(objs, answers)
         wanted = {o["metadata"]["name"] for o in d.create if o.get("kind") == "Pod"}
         whole = bool(wanted) and wanted == {_name(p) for p in created}
         return self._written(key, Applied(written, tuple(created), whole))
@@ -155,10 +165,10 @@ class Applier:
         return written
 
 
-def _created_workers(d: Decision, answers: list[Any]) -> list[dict[str, Any]]:
+def _created_workers(objs: list[dict[str, Any]], answers: list[Any]) -> list[dict[str, Any]]:
     return [
         slim
-        for obj, answer in zip(d.create, answers, strict=True)
+        for obj, answer in zip(objs, answers, strict=True)
         if obj.get("kind") == "Pod" and isinstance(answer, Mapping)
         for slim in cache.index_job_pod(answer).values()
     ]

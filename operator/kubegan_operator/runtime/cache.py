@@ -124,7 +124,9 @@ def index_job_pod(body: Mapping[str, Any]) -> dict[JobKey, dict[str, Any]]:
                 else {}
             ),
         },
-        "spec": {k: spec[k] for k in ("nodeName", "schedulingGates") if k in spec},
+        "spec": {
+            k: spec[k] for k in ("nodeName", "schedulingGates", "schedulingGroup") if k in spec
+        },
         "status": dict(body.get("status") or {}),
     }
     return {(meta.get("namespace", ""), job): slim}

@@ -16,6 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator.api.spec import GROUP, KIND, PLURAL, VERSION
+from kubegan_operator.placement.gang import POD_GROUP_API, POD_GROUP_KIND, POD_GROUP_PLURAL
 
 log = logging.getLogger("kubegan.kube")
 
@@ -62,6 +63,14 @@ def finalizer_removal(
     None when it is not there."""
     return _entry_removal("/metadata/finalizers", finalizers, finalizer)
 
+
+# Where the operator creates each kind it creates (a native gang's PodGroup with --gang native).
+_CREATED = {
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    "Pod": "/api/v1/namespaces/{ns}/pods",
+    POD_GROUP_KIND: f"/apis/{POD_GROUP_API}/namespaces/{{ns}}/{POD_GROUP_PLURAL}",
+}
 
 KUBECONFIG_MAX_BYTES = 16 * 1024 * 1024  # kubeconfigs are kilobytes; bounds a runaway file
 
@@ -224,9 +233,8 @@ class Kube:
         releases a gang the moment every worker exists), other kinds as {}. None when it was
         already there (a previous reconcile got this far, or the watch had not shown it yet)."""
         ns = obj["metadata"]["namespace"]
-        plural = {"Service": "services", "ConfigMap": "configmaps", "Pod": "pods"}[obj["kind"]]
         try:
-            path = f"/api/v1/namespaces/{ns}/{plural}"
+            path = _CREATED[obj["kind"]].format(ns=ns)
             return self._send("POST", path, obj, answer=obj["kind"] == "Pod")
         except ApiException as err:
             if err.status != 409:  # already there: a previous reconcile got this far
@@ -298,6 +306,15 @@ class Kube:
         try:
             path = f"/api/v1/namespaces/{namespace}/pods/{name}"
             self._send("DELETE", path, options, answer=False)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def delete_pod_group(self, namespace: str, name: str) -> None:
+        """Delete a native gang's PodGroup (gone already is fine)."""
+        try:
+            path = f"/apis/{POD_GROUP_API}/namespaces/{namespace}/{POD_GROUP_PLURAL}/{name}"
+            self._send("DELETE", path, {"propagationPolicy": "Background"}, answer=False)
         except ApiException as err:
             if err.status != 404:
                 raise
