@@ -9,21 +9,27 @@ four KWOK nodes of 8 V100s.
 - a gang that cannot be placed whole (one planned node refuses its worker: a pod there keeps
   the job's workers away by anti-affinity, which the planner does not model) binds none of its
   workers, though the other three fit where they were planned; once that node takes its
-  worker, all four are bound together."""
+  worker, all four are bound together;
+- where the apiserver does not serve PodGroups, `--gang native` refuses to start, in one line
+  (an apiserver with the feature off would drop the workers' schedulingGroup: no gang)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubegan_trainer.contract import GANG_GATE, JOB_NAME_LABEL
+from kubegan_trainer.ports import reserve_ports
 
 from tests.support.control_plane import PrivateCluster, private_control_plane
 from tests.support.kube import FIXTURES, ROOT, Operator, load_example, wait_for
@@ -265,3 +271,21 @@ def test_a_gang_that_cannot_be_placed_whole_binds_none(native: Native) -> None:
     pods = n.pods(ns, "whole")
     assert sorted(p["spec"]["nodeName"] for p in pods) == nodes
     assert n.status(ns, "whole")["attempt"] == status["attempt"]  # the same gang, not a new one
+
+
+def test_native_is_refused_where_podgroups_are_not_served(tmp_path: Path) -> None:
+    metrics, health = reserve_ports(2)
+    with private_control_plane(tmp_path) as cluster:  # the gates off, as on any cluster today
+        result = subprocess.run(
+            [sys.executable, "-m", "kubegan_operator.entry.cli", "operator", "--gang", "native",
+             "--metrics-port", str(metrics), "--health-port", str(health)],
+            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "kubegan operator: --gang native: the apiserver does not serve "
+        "scheduling.k8s.io/v1alpha2 podgroups (Kubernetes 1.36 with feature gates "
+        "GenericWorkload and GangScheduling and "
+        "--runtime-config=scheduling.k8s.io/v1alpha2=true; docs/install.md)\n"
+    )

@@ -19,7 +19,7 @@ from kubegan_operator.foundation.leader import (
     default_identity,
     default_namespace,
 )
-from kubegan_operator.placement.gang import GangMode
+from kubegan_operator.placement.gang import POD_GROUP_API, POD_GROUP_PLURAL, GangMode
 from kubegan_operator.runtime import controller, metrics
 from kubegan_operator.runtime.kube import Kube, KubeconfigError
 from kubegan_operator.runtime.pools import PoolSource
@@ -40,6 +40,25 @@ def require_free_ports(args: argparse.Namespace) -> None:
             )
 
 
+def require_native_gang(kube: Kube) -> None:
+    """--gang native only where the apiserver serves PodGroups: elsewhere every gang would
+    fail to be created, and an apiserver with the feature gate off would drop the workers'
+    schedulingGroup and bind them one by one, with no gang at all."""
+    try:
+        served = kube.serves(POD_GROUP_API, POD_GROUP_PLURAL)
+    except Exception as err:  # unreachable, refused: said in one line before anything starts
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError([f"kubegan operator: --gang native: {first[:200]}"]) from None
+    if not served:
+        raise InputError(
+            [
+                f"kubegan operator: --gang native: the apiserver does not serve {POD_GROUP_API} "
+                f"{POD_GROUP_PLURAL} (Kubernetes 1.36 with feature gates GenericWorkload and "
+                f"GangScheduling and --runtime-config={POD_GROUP_API}=true; docs/install.md)"
+            ]
+        )
+
+
 def run_operator(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -58,6 +77,8 @@ def run_operator(args: argparse.Namespace) -> int:
         kube = Kube()
     except KubeconfigError as err:  # no kubeconfig, a broken one, no in-cluster config
         raise InputError([f"kubegan operator: {err}"]) from None
+    if args.gang == GangMode.native:
+        require_native_gang(kube)
     namespaces = args.namespace or []
     ctl = controller.Controller(
         kube,

@@ -183,6 +183,12 @@ class Kube:
             ),
         )
 
+    def serves(self, group_version: str, resource: str) -> bool:
+        """Whether the apiserver serves `resource` of `group_version` (API discovery, which
+        every authenticated user may read)."""
+        found = self._get_or_none(f"/apis/{group_version}")
+        return any(r.get("name") == resource for r in (found or {}).get("resources") or [])
+
     def _get_or_none(self, path: str) -> dict[str, Any] | None:
         try:
             return self._send("GET", path, None)
