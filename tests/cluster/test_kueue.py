@@ -8,7 +8,8 @@ nodes, holds the second back).
 - a high-priority job preempts a running low-priority one (WorkloadPriorityClasses): the low
   one counts 1 preemption and 0 restarts, is never Failed, waits QueuedByKueue again and runs
   again when the high one finishes; no evicted worker is left in Kueue's finalizer;
-- a job without the label behaves as today (no Kueue labels, no admission gate).
+- a job without the label behaves as today (no Kueue labels, no admission gate), unless its
+  namespace has a default queue (the chart's kueue.defaultQueues): then it is queued there.
 
 A control plane of its own: Kueue's webhooks are cluster-wide objects."""
 
@@ -47,6 +48,9 @@ from tests.support.kueue import (
 pytestmark = pytest.mark.timeout(900)
 
 QUEUE, CLUSTER_QUEUE = "team-a", "gpu-cq"
+# The operator hands this namespace's jobs without a queue label to QUEUE (--default-queue,
+# the chart's kueue.defaultQueues).
+DEFAULTED = "kq-defaulted"
 # hack/kwok/stages.yaml: a Running pod with this label completes (phase Succeeded).
 COMPLETE_LABEL = "pod-complete.stage.kwok.x-k8s.io=true"
 
@@ -56,8 +60,9 @@ class Queued:
     cluster: PrivateCluster
     operator: Operator
 
-    def namespace(self) -> str:
-        ns = f"t-{uuid.uuid4().hex[:8]}"
+    def namespace(self, ns: str = "") -> str:
+        """A namespace Kueue manages, with LocalQueue QUEUE (a new name unless given)."""
+        ns = ns or f"t-{uuid.uuid4().hex[:8]}"
         self.cluster.apply(managed_namespace(ns), local_queue(ns, QUEUE, CLUSTER_QUEUE))
         wait_for(
             "the default service account",
@@ -154,7 +159,9 @@ def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
             workload_priority_class("low", 100),
             workload_priority_class("high", 1000),
         )
-        operator = Operator(work, kubeconfig=cluster.kubeconfig)
+        operator = Operator(
+            work, f"--default-queue={DEFAULTED}={QUEUE}", kubeconfig=cluster.kubeconfig
+        )
         operator.start()
         try:
             yield Queued(cluster, operator)
@@ -318,3 +325,36 @@ def test_a_higher_priority_job_preempts_a_running_lower_one(queued: Queued) -> N
     assert "Failed" not in seen, seen
     q.complete(ns, "low")
     q.wait_phase(ns, "low", "Succeeded")
+
+
+def test_a_namespaces_default_queue_takes_a_job_without_the_label(queued: Queued) -> None:
+    q, ns = queued, queued.namespace(DEFAULTED)
+    q.cluster.apply(gang_job("defaulted", ns, queue=None))
+    q.wait_phase(ns, "defaulted", "Running")
+    pods = q.live(ns, "defaulted")
+    assert {p["metadata"]["labels"].get(KUEUE_QUEUE_LABEL) for p in pods} == {QUEUE}
+    assert len({p["metadata"]["labels"][KUEUE_POD_GROUP_LABEL] for p in pods}) == 1
+    loads = q.cluster.get("workloads.kueue.x-k8s.io", namespace=ns)
+    assert [w["spec"]["queueName"] for w in loads] == [QUEUE], loads
+    job = q.cluster.get("gantrainingjob", "defaulted", ns)
+    assert KUEUE_QUEUE_LABEL not in (job["metadata"].get("labels") or {})  # the job unchanged
+    q.complete(ns, "defaulted")
+    q.wait_phase(ns, "defaulted", "Succeeded")
+
+
+def test_a_deleted_job_leaves_no_pod_in_kueues_finalizer(queued: Queued) -> None:
+    """Deleted while running: the garbage collector deletes its workers, Kueue's finalizer
+    would keep them (KWOK never reports them terminal); the operator takes it off, so nothing
+    of the job is left and its quota goes to the next job."""
+    q, ns = queued, queued.namespace()
+    q.cluster.apply(gang_job("doomed", ns))
+    q.wait_phase(ns, "doomed", "Running")
+    q.cluster.kubectl("delete", "gantrainingjob", "doomed", "-n", ns, "--wait=false")
+    try:
+        wait_for("no worker of the deleted job left", lambda: not q.pods(ns, "doomed"), timeout=120)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{q.describe(ns, 'doomed')}") from None
+    q.cluster.apply(gang_job("next", ns))
+    q.wait_phase(ns, "next", "Running", timeout=120)
+    q.complete(ns, "next")
+    q.wait_phase(ns, "next", "Succeeded")

@@ -9,9 +9,13 @@ whatever the job's state, so no pod group outlives its gang."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+from kubegan_operator.api.loading import InputError
+from kubegan_operator.entry.cli import build_parser
+from kubegan_operator.entry.main import default_queues
 from kubegan_operator.foundation.kueue import QueueWait, queue_wait
 from kubegan_operator.foundation.podstate import (
     KUEUE_FINALIZER_AFTER_SECONDS,
@@ -355,3 +359,81 @@ def test_a_sync_sends_one_finalizer_removal_per_stuck_worker() -> None:
     asyncio.run(run())
     assert sorted(n for c, n in kube.calls if c == "unfinalize") == ["g-worker-0", "g-worker-1"]
     assert not any(c in ("create", "delete") for c, _ in kube.calls)  # the old gang goes first
+
+
+def created_pods(d: Any) -> list[dict[str, Any]]:
+    return [o for o in d.create if o["kind"] == "Pod"]
+
+
+def test_a_job_without_a_queue_goes_to_its_namespaces_default_queue() -> None:
+    w = JobWorld(gan_job(), default_queues={"ns": "team-default"})
+    pods = created_pods(w.step())
+    assert pods and all(p["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team-default" for p in pods)
+    assert all(KUEUE_POD_GROUP_LABEL in p["metadata"]["labels"] for p in pods)
+    assert KUEUE_QUEUE_LABEL not in (w.job["metadata"].get("labels") or {})  # not written back
+
+
+def test_a_jobs_own_queue_label_wins_over_the_default() -> None:
+    w = JobWorld(queued_job(), default_queues={"ns": "team-default"})
+    pods = created_pods(w.step())
+    assert {p["metadata"]["labels"][KUEUE_QUEUE_LABEL] for p in pods} == {QUEUE}
+
+
+def test_an_empty_queue_label_keeps_a_job_out_of_the_default_queue() -> None:
+    job = gan_job()
+    job["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: ""}
+    pods = created_pods(JobWorld(job, default_queues={"ns": "team-default"}).step())
+    assert pods
+    for p in pods:
+        assert not any(k.startswith("kueue.x-k8s.io/") for k in p["metadata"]["labels"])
+
+
+def test_another_namespaces_default_is_not_this_ones() -> None:
+    pods = created_pods(JobWorld(gan_job(), default_queues={"other": "q"}).step())
+    assert pods and not any(KUEUE_QUEUE_LABEL in p["metadata"]["labels"] for p in pods)
+
+
+@pytest.mark.parametrize(
+    "value", ["team-a", "=q", "team-a=", "Team=q", "team-a=Q_1", "a=" + "q" * 64]
+)
+def test_a_default_queue_flag_that_is_not_namespace_equals_queue_is_one_line(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["operator", f"--default-queue={value}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "NAMESPACE=LOCALQUEUE" in err, err
+
+
+def test_a_namespace_given_two_default_queues_is_refused() -> None:
+    assert default_queues([("a", "q"), ("b", "q"), ("a", "q")]) == {"a": "q", "b": "q"}
+    with pytest.raises(InputError) as err:
+        default_queues([("a", "q1"), ("a", "q2")])
+    assert "namespace a twice (q1, q2)" in str(err.value)
+
+
+def test_a_deleted_jobs_stuck_workers_leave_kueues_finalizer() -> None:
+    """The job is gone (no reconcile sees it), its workers deleted with it by the garbage
+    collector and stuck: the sync of its key takes Kueue's finalizer off those a
+    GANTrainingJob owns once due, leaves other pods with its label alone, and comes back for
+    the one not due yet."""
+    world = World()
+    now = datetime.now(UTC)
+    owner = {"apiVersion": "kubegan.io/v1alpha1", "kind": "GANTrainingJob", "uid": "uid-g"}
+    for i, (deleted, owned) in enumerate([(-3600, True), (-3600, False), (600, True)]):
+        body = pod_body("g", i, node=f"n{i}")
+        body["metadata"]["ownerReferences"] = [owner if owned else {"kind": "Job", "uid": "x"}]
+        body["metadata"]["finalizers"] = [KUEUE_FINALIZER]
+        body["metadata"]["deletionTimestamp"] = now_iso(now + timedelta(seconds=deleted))
+        world.add_pod(body)
+    kube = RecordingKube(world)
+    ctl = world.controller(kube)
+
+    async def run() -> None:
+        await ctl.sync(("ns", "g"))
+        ctl.threads.shutdown(wait=True)
+
+    asyncio.run(run())
+    assert kube.calls == [("unfinalize", "g-worker-0")]
+    assert ("ns", "g") in ctl.queue._due  # back when g-worker-2 falls due

@@ -23,7 +23,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from kubegan_trainer.contract import ATTEMPT_LABEL, worker_name
+from kubegan_trainer.contract import ATTEMPT_LABEL, KUEUE_QUEUE_LABEL, worker_name
 from pydantic import ValidationError
 
 from kubegan_operator.api.loading import validation_problems
@@ -302,6 +302,7 @@ def reconcile(seen: JobSnapshot) -> Decision:
     except ValidationError as err:
         # The apiserver's schema should have stopped this; report it rather than crash.
         return _invalid(raw, "; ".join(validation_problems(err)), seen.now)
+    _default_queue(job, seen.default_queue)
     old = GANTrainingJobStatus.model_validate(raw.get("status") or {})
     st = old.model_copy(deep=True)
     st.observed_generation = (raw.get("metadata") or {}).get("generation")
@@ -324,18 +325,39 @@ def reconcile(seen: JobSnapshot) -> Decision:
     return _finish(ctx.d, old, ctx.st)
 
 
+def _default_queue(job: GANTrainingJob, queue: str | None) -> None:
+    """A job naming no LocalQueue of its own goes to its namespace's default (the chart's
+    kueue.defaultQueues), as if labelled so. Its own label wins, an empty one too: that is
+    how one job of such a namespace stays out of Kueue."""
+    labels = job.metadata.labels or {}
+    if queue and KUEUE_QUEUE_LABEL not in labels:
+        job.metadata.labels = {**labels, KUEUE_QUEUE_LABEL: queue}
+
+
 def _release_kueue_finalizers(c: Context) -> None:
     """Whatever the job's state (running, restarting, finished, suspended): a worker deleted
     long enough ago to be stuck must not keep its pod group in Kueue's finalizer, or the
     next attempt waits for it forever and a finished job's group never goes (issue 25)."""
-    for p in c.pods:
-        due = kueue_finalizer_due(p, c.now)
-        if due is None:
-            continue
-        if due > 0:
-            c.requeue(due)
-        else:
-            c.d.release_finalizers.append(_name(p))
+    names, wait = kueue_finalizers_due(c.pods, c.now)
+    c.d.release_finalizers += names
+    if wait is not None:
+        c.requeue(wait)
+
+
+def kueue_finalizers_due(
+    pods: Sequence[Mapping[str, Any]], now: datetime
+) -> tuple[list[str], float | None]:
+    """The workers among `pods` whose Kueue finalizer kubegan takes off now, and the seconds
+    until the next one falls due (None: no other). Also for the workers of a deleted job,
+    which no reconcile sees any more (controller.Controller.sync)."""
+    names, wait = [], None
+    for p in pods:
+        due = kueue_finalizer_due(p, now)
+        if due == 0:
+            names.append(_name(p))
+        elif due is not None:
+            wait = due if wait is None else min(wait, due)
+    return names, wait
 
 
 def _record_progress(

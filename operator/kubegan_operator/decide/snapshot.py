@@ -41,6 +41,9 @@ class JobSnapshot:
     queued: QueueWait | None = None
     # How a gang is held until it is whole: kubegan's gate or a native PodGroup (--gang).
     gang: GangMode = GangMode.gates
+    # The LocalQueue the operator names for the job's namespace (--default-queue, the chart's
+    # kueue.defaultQueues): the queue of a job without its own kueue.x-k8s.io/queue-name.
+    default_queue: str | None = None
 
     @property
     def uid(self) -> str | None:

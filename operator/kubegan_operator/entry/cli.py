@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
-from kubegan_trainer.contract import EXIT_USER_ERROR
+from kubegan_trainer.contract import EXIT_USER_ERROR, KUEUE_QUEUE_LABEL
 
 from kubegan_operator import __version__
 from kubegan_operator.api.loading import InputError, load_job, load_objects, load_prices
@@ -181,6 +182,20 @@ def _name(text: str) -> str:
     return text
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _default_queue(text: str) -> tuple[str, str]:
+    """NAMESPACE=LOCALQUEUE: Kueue's queue for the jobs of a namespace that name none."""
+    namespace, sep, queue = text.partition("=")
+    for what, name in (("namespace", namespace), ("LocalQueue", queue)):
+        if not sep or len(name) > 63 or not _DNS_LABEL.fullmatch(name):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not NAMESPACE=LOCALQUEUE ({what} {name!r} is not a DNS label)"
+            )
+    return namespace, queue
+
+
 def _progress_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -296,6 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(gates, the default) or with Kubernetes' native gang scheduling (native: a "
         "scheduling.k8s.io/v1alpha2 PodGroup; alpha in Kubernetes 1.36, feature gates "
         "GenericWorkload and GangScheduling)",
+    )
+    p.add_argument(
+        "--default-queue",
+        action="append",
+        type=_default_queue,
+        metavar="NAMESPACE=LOCALQUEUE",
+        help=f"hand the jobs of NAMESPACE that carry no {KUEUE_QUEUE_LABEL} label to "
+        "Kueue's LocalQueue LOCALQUEUE (repeatable; a job's own label wins)",
     )
     p.add_argument(
         "--no-trainer-progress",

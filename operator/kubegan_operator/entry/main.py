@@ -40,6 +40,22 @@ def require_free_ports(args: argparse.Namespace) -> None:
             )
 
 
+def default_queues(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """--default-queue's pairs as namespace -> LocalQueue; a namespace named twice with two
+    queues is refused (which one was meant?)."""
+    out: dict[str, str] = {}
+    for namespace, queue in pairs:
+        if out.get(namespace, queue) != queue:
+            raise InputError(
+                [
+                    f"kubegan operator: --default-queue names namespace {namespace} twice "
+                    f"({out[namespace]}, {queue})"
+                ]
+            )
+        out[namespace] = queue
+    return out
+
+
 def require_native_gang(kube: Kube) -> None:
     """--gang native only where the apiserver serves PodGroups: elsewhere every gang would
     fail to be created, and an apiserver with the feature gate off would drop the workers'
@@ -71,6 +87,7 @@ def run_operator(args: argparse.Namespace) -> int:
     # anything starts.
     prices = load_prices(args.prices) if args.prices else DEFAULT_PRICES
     declared = load_node_pools(args.node_pools) if args.node_pools else []
+    queues = default_queues(args.default_queue or [])
     require_free_ports(args)
     heap.tune()
     try:
@@ -88,6 +105,7 @@ def run_operator(args: argparse.Namespace) -> int:
         progress_seconds=args.progress_interval,
         pools=PoolSource(declared, karpenter=args.karpenter),
         gang=GangMode(args.gang),
+        default_queues=queues,
     )
     memo = kopf.Memo(controller=ctl)
     if args.leader_elect:

@@ -31,8 +31,8 @@ from kubegan_trainer.contract import JOB_NAME_LABEL
 from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.api.spec import GROUP, PLURAL, VERSION, Phase
-from kubegan_operator.decide.reconcile import Decision, reconcile
+from kubegan_operator.api.spec import GROUP, KIND, PLURAL, VERSION, Phase
+from kubegan_operator.decide.reconcile import Decision, kueue_finalizers_due, reconcile
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.foundation import heap
 from kubegan_operator.foundation.leader import lost_leadership
@@ -80,6 +80,7 @@ class Controller:
         capacity: cache.FreeCapacity | None = None,
         pools: PoolSource | None = None,
         gang: GangMode = GangMode.gates,
+        default_queues: Mapping[str, str] | None = None,
     ) -> None:
         self.kube = kube
         self.pools = pools or PoolSource()
@@ -101,6 +102,7 @@ class Controller:
             self.threads,
             self.pools.pools,
             gang,
+            default_queues,
         )
         self.applier = Applier(kube, self.expectations, self.threads)
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}
@@ -252,6 +254,7 @@ class Controller:
         job = self.view.job(key)
         if job is None:
             self._forget(key)
+            await self._release_orphans(key)
             return
         pods = self.view.pods(key)
         wait = self.expectations.pending(key, pods)
@@ -286,6 +289,17 @@ class Controller:
         wanted = [x for x in delays if x is not None]
         if wanted:
             self.queue.add(key, min(wanted))
+
+    async def _release_orphans(self, key: cache.JobKey) -> None:
+        """A deleted job's workers, deleted with it by the garbage collector, must not keep
+        its pod group in Kueue's finalizer either (reconcile does this while the job exists):
+        only pods a GANTrainingJob owns, once due; come back when the next one is."""
+        assert self.view is not None
+        ours = [p for p in self.view.pods(key) if _owned_by_a_job(p)]
+        names, wait = kueue_finalizers_due(ours, datetime.now(UTC))
+        await self.threads.all(self.kube.remove_finalizer, [(key[0], n) for n in names])
+        if wait is not None:
+            self.queue.add(key, wait)
 
     def _forget(self, key: cache.JobKey) -> None:
         """The job is gone: so is what the operator kept about it."""
@@ -462,3 +476,11 @@ async def _on_node(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: An
     if event.get("type") == "DELETED":
         _ctl(memo).capacity.see_node((body.get("metadata") or {}).get("name", ""), None)
     _ctl(memo).node_event(event.get("type") or "", body)
+
+
+def _owned_by_a_job(pod: Mapping[str, Any]) -> bool:
+    """Whether a GANTrainingJob (any, existing or not) owns the pod: one of kubegan's own."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(
+        r.get("kind") == KIND and str(r.get("apiVersion", "")).startswith(f"{GROUP}/") for r in refs
+    )

@@ -51,9 +51,12 @@ class Observer:
         threads: ApiThreads,
         pools: Callable[[], Sequence[PoolTemplate]] = tuple,
         gang: GangMode = GangMode.gates,
+        default_queues: Mapping[str, str] | None = None,
     ) -> None:
         self.kube, self.expectations, self.prices = kube, expectations, prices
         self.gang = gang
+        # namespace -> the LocalQueue of jobs there that name none (--default-queue).
+        self.default_queues = dict(default_queues or {})
         self.pools = pools
         self.namespaces, self.progress, self.threads = namespaces, progress, threads
         self.view: cache.View | None = None  # kopf's indexes, once it hands them over
@@ -93,6 +96,7 @@ class Observer:
             unbindable=view.unbindable(key, owned),
             queued=queued,
             gang=self.gang,
+            default_queue=self.default_queues.get(key[0]),
         )
 
     async def _queue_wait(
