@@ -317,10 +317,15 @@ install_crds() {
   [[ -f "$crd_dir/gantrainingjobs.kubegan.io.yaml" ]] || log "note: crds/gantrainingjobs.kubegan.io.yaml not found; applying what is there"
   log "applying CRDs from crds/"
   kubectl apply --server-side --force-conflicts -f "$crd_dir" >&2
-  kubectl wait --for=condition=Established --timeout="${TIMEOUT}s" -f "$crd_dir" >&2
+  local deadline=$((SECONDS + TIMEOUT))
+  # kubectl wait fails at once ("<nil> is of the type <nil>") on a CRD the apiserver has not
+  # written any condition on yet (seen on a loaded machine): ask again until the deadline.
+  until kubectl wait --for=condition=Established --timeout=10s -f "$crd_dir" >/dev/null 2>&1; do
+    (( SECONDS < deadline )) || die "CRDs in crds/ not Established after ${TIMEOUT}s"
+    sleep 0.5
+  done
   # Established is not the end: the apiserver answers 429 "storage is (re)initializing" for
   # a moment after; wait until the resource can really be listed so clients start clean.
-  local deadline=$((SECONDS + TIMEOUT))
   until kubectl get gantrainingjobs.kubegan.io -A >/dev/null 2>&1; do
     (( SECONDS < deadline )) || die "gantrainingjobs cannot be listed after ${TIMEOUT}s"
     sleep 0.5
