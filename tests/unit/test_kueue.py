@@ -16,7 +16,7 @@ import pytest
 from kubegan_operator.api.loading import InputError
 from kubegan_operator.entry.cli import build_parser
 from kubegan_operator.entry.main import default_queues
-from kubegan_operator.foundation.kueue import QueueWait, queue_wait
+from kubegan_operator.foundation.kueue import NO_WORKLOAD_YET, QueueWait, queue_wait
 from kubegan_operator.foundation.podstate import (
     KUEUE_FINALIZER_AFTER_SECONDS,
     Outcome,
@@ -26,6 +26,7 @@ from kubegan_operator.foundation.podstate import (
 from kubegan_operator.foundation.timeutil import now_iso
 from kubegan_operator.runtime.cache import index_job_pod
 from kubegan_operator.runtime.kube import finalizer_removal
+from kubegan_operator.runtime.observe import KUEUE_READ_SECONDS
 from kubegan_trainer.contract import (
     ATTEMPT_LABEL,
     GANG_GATE,
@@ -437,3 +438,28 @@ def test_a_deleted_jobs_stuck_workers_leave_kueues_finalizer() -> None:
     asyncio.run(run())
     assert kube.calls == [("unfinalize", "g-worker-0")]
     assert ("ns", "g") in ctl.queue._due  # back when g-worker-2 falls due
+
+
+def test_queued_by_kueue_is_said_again_once_with_kueues_own_words() -> None:
+    """A gang is queued the moment its workers exist, before Kueue has made its Workload:
+    the first event can only say that; the one Kueue's words replace it with is news once,
+    and waiting on says nothing more."""
+    w = JobWorld(queued_job())
+    w.step()
+    kueue_webhook(w)
+    w.kueue[("LocalQueue", QUEUE)] = {"spec": {"clusterQueue": CLUSTER_QUEUE}}
+    d = w.step()
+    assert [e[2] for e in d.events] == [
+        f"LocalQueue {QUEUE}, ClusterQueue {CLUSTER_QUEUE}: {NO_WORKLOAD_YET}"
+    ]
+    group = w.pods["g-worker-0"]["metadata"]["labels"][KUEUE_POD_GROUP_LABEL]
+    w.kueue[("Workload", group)] = workload(group, PENDING)
+    assert w.ctl is not None
+    w.ctl.observer._queued.clear()  # its read cache keeps the real clock, not the world's
+    d = w.step(KUEUE_READ_SECONDS)
+    said = f"LocalQueue {QUEUE}, ClusterQueue {CLUSTER_QUEUE}: {PENDING}"
+    assert [(e[1], e[2]) for e in d.events] == [("QueuedByKueue", said)]
+    assert w.condition("Unschedulable")["message"] == said
+    for _ in range(3):
+        w.ctl.observer._queued.clear()
+        assert not w.step(KUEUE_READ_SECONDS).events

@@ -41,6 +41,7 @@ from kubegan_operator.api.spec import (
 )
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.foundation.cost import accrued
+from kubegan_operator.foundation.kueue import NO_WORKLOAD_YET
 from kubegan_operator.foundation.podstate import (
     IMAGE_PULL_REASONS,
     NEVER_STARTS_REASONS,
@@ -726,7 +727,13 @@ def gang_queued(c: Context) -> bool:
     message = wait.words() if wait else "Kueue's admission gate holds the workers"
     was = current_condition(c.st, ConditionType.unschedulable)
     said = was is not None and was.status == "True" and was.reason == Reason.queued_by_kueue
-    if not said:
+    # Said again once Kueue's own words replace "no Workload yet" (a gang is queued the moment
+    # its workers exist, before Kueue has read them): at most twice per wait, never per poll.
+    first_words = (
+        said and was is not None and was.message.endswith(NO_WORKLOAD_YET) and wait is not None
+        and not message.endswith(NO_WORKLOAD_YET)
+    )  # fmt: skip
+    if not said or first_words:
         c.event("Normal", Reason.queued_by_kueue, message)
     if not said or was is None or was.message != message:
         c.condition(ConditionType.unschedulable, True, Reason.queued_by_kueue, message)

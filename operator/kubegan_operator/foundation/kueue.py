@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# What a gang waits for until Kueue has made its Workload (a moment after the workers exist).
+NO_WORKLOAD_YET = "Kueue has not created the gang's Workload yet"
 # Workload conditions that say why it is not admitted, most telling first.
 _WAIT_CONDITIONS = ("Evicted", "QuotaReserved", "Admitted")
 
@@ -39,10 +41,7 @@ def queue_wait(
     cluster = ((status.get("admission") or {}).get("clusterQueue")) or (
         ((queue or {}).get("spec") or {}).get("clusterQueue") or ""
     )
-    if workload is None:
-        message = "Kueue has not created the gang's Workload yet"
-    else:
-        message = _workload_message(status)
+    message = NO_WORKLOAD_YET if workload is None else _workload_message(status)
     if queue is None and workload is not None and not cluster:
         message = f"{message} (LocalQueue {local_queue} not found)"
     return QueueWait(local_queue, str(cluster), message)
