@@ -98,8 +98,10 @@ def run_workers(
 
 
 @contextmanager
-def single_rank_trainer(cfg: TrainerConfig, tmp: Path, task=None, dataset=None) -> Iterator[Any]:
-    """A GanTrainer in this process on a one-rank gloo group."""
+def single_rank_trainer(
+    cfg: TrainerConfig, tmp: Path, task=None, dataset=None, shards=None
+) -> Iterator[Any]:
+    """A GanTrainer in this process on a one-rank gloo group (`shards`: streamed data)."""
     import torch.distributed as dist
     from kubegan_trainer.cluster_env import ClusterEnv
     from kubegan_trainer.data import build_dataset
@@ -123,7 +125,13 @@ def single_rank_trainer(cfg: TrainerConfig, tmp: Path, task=None, dataset=None) 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         yield GanTrainer(
-            cfg, env, DistInfo(0, 1, 0, torch.device("cpu")), task, dataset, StopFlag()
+            cfg,
+            env,
+            DistInfo(0, 1, 0, torch.device("cpu")),
+            task,
+            dataset,
+            StopFlag(),
+            shards=shards,
         )
     finally:
         dist.destroy_process_group()

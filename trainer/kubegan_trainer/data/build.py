@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubegan_trainer.config import DataSource, TrainerConfig
+from kubegan_trainer.contract import ENV_AWS_ENDPOINT_URL
 from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.model_options import data_kind, settings
+
+if TYPE_CHECKING:
+    from kubegan_trainer.data.stream import ShardPlan
 
 # Pairs scored by pix2pix's quality metric (quality.py) and the seed offset of synthetic ones:
 # drawn from the same generator as the training pairs, never trained on.
@@ -50,6 +55,8 @@ def build_dataset(config: TrainerConfig) -> Dataset:
     from kubegan_trainer.data import files
 
     path = Path(config.data.path)
+    if config.data.uri:  # streamed (shard_plan); the loops ask for it first
+        raise TrainerError("spec.data.uri: a bucket is streamed, never loaded whole")
     if not config.data.path:
         raise TrainerError("spec.data.path: required when spec.data.source is files")
     if kind == "showers":
@@ -58,6 +65,41 @@ def build_dataset(config: TrainerConfig) -> Dataset:
     if kind == "paired":
         return files.load_paired_folder(path, size, opts["direction"])
     return files.load_image_folder(path, size, opts["channels"])
+
+
+def shard_plan(config: TrainerConfig) -> ShardPlan | None:
+    """The shards each rank streams (data/stream.py): `spec.data.uri`, or a `spec.data.path`
+    folder of .h5 files; None for every other source (loaded whole, they are small or one
+    file). A bucket holds HDF5 shower shards only (one line says so for other kinds)."""
+    data = config.data
+    if data.source != DataSource.files:
+        return None
+    folder = bool(data.path) and Path(data.path).is_dir()
+    if not data.uri and not (folder and _has_hdf5(Path(data.path))):
+        return None
+    model = config.model.name.value
+    opts = settings(model, config.model.options)
+    kind = data_kind(model, opts)
+    if kind != "showers":
+        if data.uri:
+            raise TrainerError(
+                f"spec.data.uri: {model} trains on {kind}; a bucket streams HDF5 shower "
+                "shards (gan3d) only, so put image folders on a volume (spec.data.path)"
+            )
+        return None
+    from kubegan_trainer.data.files import DEFAULT_ANGLE_KEY
+    from kubegan_trainer.data.stream import ShardPlan
+
+    endpoint = data.endpoint or os.environ.get(ENV_AWS_ENDPOINT_URL) or None
+    where = data.uri or data.path
+    angle = opts.get("angleKey") or DEFAULT_ANGLE_KEY
+    return ShardPlan.open(where, config.training.seed, angle, endpoint)
+
+
+def _has_hdf5(folder: Path) -> bool:
+    from kubegan_trainer.data.files import HDF5_SUFFIXES
+
+    return any(p.suffix.lower() in HDF5_SUFFIXES for p in folder.iterdir())
 
 
 def held_out_pairs(config: TrainerConfig) -> dict[str, Any] | None:

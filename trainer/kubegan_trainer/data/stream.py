@@ -12,20 +12,31 @@ dataset (an 8-GPU worker no longer holds eight copies of it).
   consumed (a background thread, a queue of that size); a shard is parsed from its bytes
   and dropped once consumed.
 
-Not yet used by the training loops (they still load `files` whole): see docs/trainer.md.
+- What the loops get (`ShardPlan.rank_batches`): this rank's epoch as batches of a fixed
+  size. Inside a shard the events are shuffled from (seed, epoch, shard); batches run on
+  across shard boundaries. Every rank takes the same number of steps per epoch (a
+  collective step must not wait for a rank that ran out): the fewest events any rank can be
+  dealt, the ⌊shards/ranks⌋ smallest shards (counted from the HDF5 headers before training),
+  so no epoch deal can leave a rank short. Only events 3DGAN drops (empty showers) can; such
+  a rank wraps to its first shard. A resumed epoch re-reads its shards up to the step it
+  stopped at (streamed, not kept), so it trains on exactly the batches an unbroken run does.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from kubegan_trainer import objstore
+from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.data.files import (
     DEFAULT_ANGLE_KEY,
     ECAL_KEY,
@@ -34,17 +45,22 @@ from kubegan_trainer.data.files import (
 )
 from kubegan_trainer.data.showers import SHAPE, preprocess
 from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.files import require_regular
 
 DATA_URI_FIELD = "spec.data.uri"
+DATA_PATH_FIELD = "spec.data.path"
 READ_AHEAD = 2
+HEADER_BUFFER = 256 * 1024  # one ranged read holds an HDF5 file's header, usually
 _DONE = object()
 
 
-def rank_shards(shards: list[str], rank: int, world: int, seed: int, epoch: int) -> list[str]:
+def rank_shards(
+    shards: list[str], rank: int, world: int, seed: int, epoch: int, field: str = DATA_URI_FIELD
+) -> list[str]:
     """This rank's shards for `epoch`, in reading order (see the module docstring)."""
     if len(shards) < world:
         raise TrainerError(
-            f"{DATA_URI_FIELD}: {len(shards)} shard(s) for {world} ranks; each rank needs "
+            f"{field}: {len(shards)} shard(s) for {world} ranks; each rank needs "
             "at least one (split the data set into more files)"
         )
     ordered = sorted(shards)
@@ -52,67 +68,154 @@ def rank_shards(shards: list[str], rank: int, world: int, seed: int, epoch: int)
     return [ordered[i] for i in perm[rank::world]]
 
 
-class ShardSource:
-    """The shard files under a bucket prefix or a folder: names and bytes."""
+class _RangeFile(io.RawIOBase):
+    """An object read by ranged GETs, for h5py to read a header without the whole file."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, read_range: Callable[[int, int], bytes], size: int) -> None:
+        self._read_range, self._size, self._pos = read_range, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buf: Any) -> int:
+        end = min(self._size, self._pos + len(buf))
+        if end <= self._pos:
+            return 0
+        data = self._read_range(self._pos, end)
+        buf[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+class ShardSource:
+    """The shard files under a bucket prefix or a folder: names, sizes and bytes."""
+
+    def __init__(self, where: str, endpoint: str | None = None) -> None:
         self.where = where
         self._store = None
+        self.field = DATA_PATH_FIELD
+        self._sizes: dict[str, int] = {}
         if "://" in where:
+            self.field = DATA_URI_FIELD
             uri = objstore.parse_uri(where, DATA_URI_FIELD)
-            self._store = objstore.open_store(uri)
+            self._store = objstore.open_store(uri, endpoint or None)
 
     def names(self) -> list[str]:
         if self._store is None:
             root = Path(self.where)
-            found = [p.name for p in root.iterdir() if p.is_file()] if root.is_dir() else []
+            found = {p.name: 0 for p in root.iterdir() if p.is_file()} if root.is_dir() else {}
         else:
             import obstore
 
             store = self._store
             found = objstore.call(
-                f"list {self.where}",
-                lambda: [m["path"] for b in obstore.list(store) for m in b],
+                f"{self.field}: list {self.where}",
+                lambda: {m["path"]: int(m["size"]) for b in obstore.list(store) for m in b},
             )
         shards = sorted(n for n in found if Path(n).suffix.lower() in HDF5_SUFFIXES)
         if not shards:
-            raise TrainerError(f"{DATA_URI_FIELD}: no .h5/.hdf5 shards in {self.where}")
+            raise TrainerError(
+                f"{self.field}: no .h5/.hdf5 shards in {self.where} (only HDF5 shower shards "
+                "are streamed; TFRecord and image shards are read from a spec.data.path folder)"
+            )
+        self._sizes = {n: found[n] for n in shards}
         return shards
 
-    def read(self, name: str) -> bytes:
+    def _object(self, name: str) -> Any:
         if self._store is None:
-            return (Path(self.where) / name).read_bytes()
+            path = Path(self.where) / name
+            require_regular(path, self.field)  # h5py or read_bytes on a FIFO would block
+            return path
+        import obstore
+
+        store = self._store
+
+        def ranged(start: int, end: int) -> bytes:
+            return bytes(obstore.get_range(store, name, start=start, end=end))
+
+        def call(start: int, end: int) -> bytes:
+            return objstore.call(
+                f"{self.field}: read {self.where}/{name}", lambda: ranged(start, end)
+            )
+
+        return io.BufferedReader(_RangeFile(call, self._sizes[name]), HEADER_BUFFER)
+
+    def read(self, name: str) -> bytes:
+        target = self._object(name)
+        if isinstance(target, Path):
+            return target.read_bytes()
         import obstore
 
         store = self._store
         return objstore.call(
-            f"read {self.where}/{name}", lambda: bytes(obstore.get(store, name).bytes())
+            f"{self.field}: read {self.where}/{name}",
+            lambda: bytes(obstore.get(store, name).bytes()),
         )
 
+    def count(self, name: str, angle_key: str) -> int:
+        """Events in shard `name`, from its HDF5 header (its keys checked as parse does)."""
+        import h5py
 
-def parse_showers(name: str, raw: bytes, angle_key: str = DEFAULT_ANGLE_KEY) -> dict:
+        try:
+            h5 = h5py.File(self._object(name), "r")
+        except OSError as err:
+            raise TrainerError(
+                f"{self.field}: {name} is not a readable HDF5 file ({_first(err)})"
+            ) from None
+        with h5:
+            _require_keys(h5, name, angle_key, self.field)
+            return int(h5[ECAL_KEY].shape[0])
+
+
+def _first(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _require_keys(h5: Any, name: str, angle_key: str, field: str) -> str:
+    """The energy key of an open shard; TrainerError when a 3DGAN key is missing."""
+    energy_key = next((k for k in ENERGY_KEYS if k in h5), None)
+    if ECAL_KEY not in h5 or angle_key not in h5 or energy_key is None:
+        raise TrainerError(
+            f"{field}: {name} lacks the 3DGAN keys 'ECAL', 'energy' and {angle_key!r}"
+        )
+    if h5[ECAL_KEY].shape[1:] != SHAPE:
+        raise TrainerError(f"{field}: {name} 'ECAL' has shape {h5[ECAL_KEY].shape[1:]}")
+    return energy_key
+
+
+def parse_showers(
+    name: str, raw: bytes, angle_key: str = DEFAULT_ANGLE_KEY, field: str = DATA_URI_FIELD
+) -> dict:
     """One HDF5 shard's showers, preprocessed as the `files` source does."""
     import h5py
 
     try:
         h5 = h5py.File(io.BytesIO(raw), "r")
     except OSError as err:
-        raise TrainerError(
-            f"{DATA_URI_FIELD}: {name} is not a readable HDF5 file ({err})"
-        ) from None
+        raise TrainerError(f"{field}: {name} is not a readable HDF5 file ({_first(err)})") from None
     with h5:
-        energy_key = next((k for k in ENERGY_KEYS if k in h5), None)
-        if ECAL_KEY not in h5 or angle_key not in h5 or energy_key is None:
-            raise TrainerError(
-                f"{DATA_URI_FIELD}: {name} lacks the 3DGAN keys 'ECAL', 'energy' and {angle_key!r}"
-            )
+        energy_key = _require_keys(h5, name, angle_key, field)
         ecal = np.asarray(h5[ECAL_KEY][:], dtype=np.float32)
         energy = np.asarray(h5[energy_key][:], dtype=np.float32)
         angle = np.asarray(h5[angle_key][:], dtype=np.float32)
     if energy.ndim == 2:
         energy = energy[:, 1] if energy.shape[1] > 1 else energy[:, 0]
-    if ecal.shape[1:] != SHAPE:
-        raise TrainerError(f"{DATA_URI_FIELD}: {name} 'ECAL' has shape {ecal.shape[1:]}")
+    if not (len(ecal) == len(energy.reshape(-1)) == len(angle.reshape(-1))):
+        raise TrainerError(
+            f"{field}: {name} has {len(ecal)} 'ECAL' events but {len(energy)} "
+            f"energies and {len(angle.reshape(-1))} angles"
+        )
     return preprocess(ecal, energy.reshape(-1), angle.reshape(-1))
 
 
@@ -123,7 +226,7 @@ class ShardStream:
         self,
         read: Callable[[str], bytes],
         parse: Callable[[str, bytes], dict],
-        names: list[str],
+        names: Iterable[str],
         read_ahead: int = READ_AHEAD,
     ) -> None:
         self._read, self._parse, self._names = read, parse, names
@@ -145,7 +248,7 @@ class ShardStream:
                 if self._stop.is_set():
                     return
             self._queue.put(_DONE)
-        except TrainerError as err:  # reported where the shards are consumed
+        except Exception as err:  # reported where the shards are consumed
             self._queue.put(err)
 
     def __iter__(self) -> Iterator[tuple[str, dict]]:
@@ -155,7 +258,103 @@ class ShardStream:
                 return
             if isinstance(item, TrainerError):
                 raise item
+            if isinstance(item, Exception):  # a client's own error: one line still
+                raise TrainerError(f"reading a shard: {_first(item)}") from None
             yield item
 
     def close(self) -> None:
         self._stop.set()
+
+
+def _rows(arrays: dict[str, np.ndarray]) -> int:
+    return len(next(iter(arrays.values())))
+
+
+def _take(pending: list[dict], size: int) -> tuple[dict[str, np.ndarray], list[dict]]:
+    """The first `size` events of `pending` as one batch, and what is left."""
+    parts, got = [], 0
+    for i, part in enumerate(pending):
+        need = size - got
+        if _rows(part) > need:
+            parts.append({k: v[:need] for k, v in part.items()})
+            rest = [{k: v[need:] for k, v in part.items()}, *pending[i + 1 :]]
+            break
+        parts.append(part)
+        got += _rows(part)
+        if got == size:
+            rest = pending[i + 1 :]
+            break
+    batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return batch, rest
+
+
+@dataclass
+class ShardPlan:
+    """A folder or bucket prefix of shower shards, streamed per rank (module docstring)."""
+
+    source: ShardSource
+    names: list[str]  # sorted
+    counts: list[int]  # events per shard, from the headers
+    seed: int
+    angle_key: str = DEFAULT_ANGLE_KEY
+
+    @classmethod
+    def open(cls, where: str, seed: int, angle_key: str, endpoint: str | None = None) -> ShardPlan:
+        source = ShardSource(where, endpoint)
+        names = source.names()
+        counts = [source.count(n, angle_key) for n in names]
+        return cls(source, names, counts, seed, angle_key)
+
+    def parse(self, name: str, raw: bytes) -> dict:
+        return parse_showers(name, raw, self.angle_key, self.source.field)
+
+    def events_per_rank(self, world: int) -> int:
+        """The fewest events any epoch's deal can give a rank (module docstring)."""
+        if len(self.names) < world:
+            rank_shards(self.names, 0, world, self.seed, 0, self.source.field)
+        return sum(sorted(self.counts)[: len(self.names) // world])
+
+    def head(self) -> Dataset:
+        """The first shard, whole: what the model is built from and samples show."""
+        name = self.names[0]
+        arrays = self.parse(name, self.source.read(name))
+        if _rows(arrays) == 0:
+            raise TrainerError(f"{self.source.field}: {name} holds no non-empty showers")
+        return Dataset(kind="showers", arrays=arrays, info={"source": self.source.where})
+
+    def _shuffled(self, name: str, arrays: dict, epoch: int) -> dict[str, np.ndarray]:
+        i = self.names.index(name)
+        perm = np.random.default_rng([self.seed, epoch, i]).permutation(_rows(arrays))
+        out = {k: v[perm] for k, v in arrays.items()}
+        out["index"] = (sum(self.counts[:i]) + perm).astype(np.int64)
+        return out
+
+    def rank_batches(
+        self, rank: int, world: int, epoch: int, size: int, first: int, count: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Batches `first`..`count`-1 of `size` events of this rank's stream for `epoch`
+        (each with its events' "index" in the whole set)."""
+        if first >= count:
+            return
+        mine = rank_shards(self.names, rank, world, self.seed, epoch, self.source.field)
+        stream = ShardStream(self.source.read, self.parse, itertools.cycle(mine))
+        skip, done, pending, empty = first * size, first, [], 0
+        try:
+            for name, arrays in stream:
+                empty = empty + 1 if _rows(arrays) == 0 else 0
+                if empty >= len(mine):
+                    raise TrainerError(
+                        f"{self.source.field}: rank {rank}'s shards hold no non-empty showers"
+                    )
+                arrays = self._shuffled(name, arrays, epoch)
+                cut = min(skip, _rows(arrays))
+                skip -= cut
+                pending.append({k: v[cut:] for k, v in arrays.items()})
+                while done < count and sum(map(_rows, pending)) >= size:
+                    batch, pending = _take(pending, size)
+                    yield batch
+                    done += 1
+                if done >= count:
+                    return
+        finally:
+            stream.close()

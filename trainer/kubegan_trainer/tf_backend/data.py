@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from kubegan_trainer.data import Dataset
+from kubegan_trainer.data.stream import ShardPlan
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import MANIFEST_MAX_BYTES, read_regular, require_regular
 
@@ -63,6 +64,14 @@ class InputSource:
         self, epoch: int, first_step: int, global_batch: int, steps: int
     ) -> tf.data.Dataset:
         raise NotImplementedError
+
+    def distribute(
+        self, strategy: tf.distribute.Strategy, epoch: int, first_step: int, global_batch: int,
+        steps: int,
+    ) -> tf.distribute.DistributedDataset:  # fmt: skip
+        """The epoch's batches split across the replicas (StreamSource: per worker)."""
+        ds = self.epoch_dataset(epoch, first_step, global_batch, steps)
+        return strategy.experimental_distribute_dataset(ds)
 
     def _with_options(self, ds: tf.data.Dataset) -> tf.data.Dataset:
         opts = tf.data.Options()
@@ -254,6 +263,53 @@ class TfRecordSource(InputSource):
             _parse, num_parallel_calls=tf.data.AUTOTUNE
         )
         return self._with_options(ds)
+
+
+class StreamSource(InputSource):
+    """Showers streamed per worker (data/stream.py): each worker's input pipeline reads only
+    the shards dealt to it and hands its replicas their own batches in turn
+    (`distribute_datasets_from_function`), so no worker holds the data set."""
+
+    def __init__(self, plan: ShardPlan, num_workers: int) -> None:
+        head = channels_last(plan.head())
+        super().__init__(
+            kind="showers",
+            num_samples=plan.events_per_rank(num_workers) * num_workers,
+            image_shape=SHOWER_SHAPE,
+            num_classes=0,
+            seed=plan.seed,
+            auto_shard=tf.data.experimental.AutoShardPolicy.OFF,
+            skip_in_source=True,
+            sample_arrays=head,
+        )
+        self.plan = plan
+        self.signature = {
+            k: tf.TensorSpec((None, *v.shape[1:]), tf.as_dtype(v.dtype)) for k, v in head.items()
+        }
+
+    def distribute(
+        self, strategy: tf.distribute.Strategy, epoch: int, first_step: int, global_batch: int,
+        steps: int,
+    ) -> tf.distribute.DistributedDataset:  # fmt: skip
+        plan, signature = self.plan, self.signature
+
+        def per_worker(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+            local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+            size = ctx.get_per_replica_batch_size(global_batch)
+
+            def batches() -> Iterator[dict[str, np.ndarray]]:
+                worker, workers = ctx.input_pipeline_id, ctx.num_input_pipelines
+                # One element per replica and step: the replicas take them in turn.
+                for b in plan.rank_batches(
+                    worker, workers, epoch, size, first_step * local, steps * local
+                ):
+                    yield {k: np.ascontiguousarray(np.moveaxis(v, 1, -1)) if v.ndim >= 4
+                           else v for k, v in b.items()}  # fmt: skip
+
+            ds = tf.data.Dataset.from_generator(batches, output_signature=signature)
+            return self._with_options(ds)
+
+        return strategy.distribute_datasets_from_function(per_worker)
 
 
 def make_source(dataset_or_path: Dataset | Path, seed: int, num_workers: int) -> InputSource:

@@ -23,7 +23,8 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
     # logs each save through absl's ("Sharding callback duration"): keep worker logs readable.
     for name in ("tensorflow", "absl"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    from kubegan_trainer.tf_backend.data import is_tfrecord_path, make_source
+    from kubegan_trainer.data.build import shard_plan
+    from kubegan_trainer.tf_backend.data import StreamSource, is_tfrecord_path, make_source
     from kubegan_trainer.tf_backend.loop import TfGanTrainer
     from kubegan_trainer.tf_backend.precision import set_policy
     from kubegan_trainer.tf_backend.strategy import make_strategy
@@ -35,7 +36,10 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
     if mode == MixedPrecision.fp16 and info.device_type == "TPU":
         raise TrainerError("spec.training.mixedPrecision: TPUs compute in bf16; use bf16, not fp16")
     set_policy(mode)
-    if config.data.source == DataSource.files and is_tfrecord_path(config.data.path):
+    shards = shard_plan(config)  # streamed per worker; else loaded whole or TFRecord
+    if shards is not None:
+        source = StreamSource(shards, info.num_workers)
+    elif config.data.source == DataSource.files and is_tfrecord_path(config.data.path):
         if config.model.name not in (ModelName.gan3d, ModelName.custom):
             raise TrainerError("spec.data.path: TFRecord shards hold showers; use model gan3d")
         source = make_source(Path(config.data.path), config.training.seed, info.num_workers)

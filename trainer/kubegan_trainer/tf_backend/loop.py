@@ -335,10 +335,8 @@ class TfGanTrainer:
 
     def batches(self, epoch0: int, first_step: int) -> Iterator[Any]:
         steps, src = self.steps_per_epoch, self.source
-        ds = src.epoch_dataset(
-            epoch0, first_step if src.skip_in_source else 0, self.global_batch, steps
-        )
-        it = iter(self.strategy.experimental_distribute_dataset(ds))
+        first = first_step if src.skip_in_source else 0
+        it = iter(src.distribute(self.strategy, epoch0, first, self.global_batch, steps))
         if not src.skip_in_source:
             for _ in range(first_step):  # FILE-sharded streams: advance, do not train
                 next(it)

@@ -93,6 +93,7 @@ def worker(
     import torch.distributed as dist
 
     from kubegan_trainer.data import build_dataset
+    from kubegan_trainer.data.build import shard_plan
     from kubegan_trainer.torch_backend import rng
     from kubegan_trainer.torch_backend.loop import DistInfo, GanTrainer
     from kubegan_trainer.torch_backend.models import build_task
@@ -108,7 +109,8 @@ def worker(
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-    dataset = build_dataset(config)
+    shards = shard_plan(config)  # streamed per rank; else the data set is loaded whole
+    dataset = shards.head() if shards is not None else build_dataset(config)
     rng.seed_all(config.training.seed)  # identical initial weights on every rank
     task = build_task(config, dataset)
     # Different noise per rank (ranks see different data too); restored from checkpoints.
@@ -132,9 +134,8 @@ def worker(
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     ctrl = dist.new_group(backend="gloo") if backend == "nccl" and world > 1 else None
     try:
-        trainer = GanTrainer(
-            config, env, DistInfo(rank, world, local_rank, device, ctrl), task, dataset, stop, hooks
-        )
+        info = DistInfo(rank, world, local_rank, device, ctrl)
+        trainer = GanTrainer(config, env, info, task, dataset, stop, hooks, shards)
         return trainer.fit()
     finally:
         dist.destroy_process_group()

@@ -44,6 +44,7 @@ from kubegan_trainer.ckptsync import finish_uploads, open_checkpoint_store
 from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.data import Dataset
+from kubegan_trainer.data.stream import ShardPlan
 from kubegan_trainer.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.model_options import settings
@@ -86,9 +87,12 @@ class GanTrainer:
         dataset: Dataset,
         stop: StopFlag,
         hooks: Hooks | None = None,
+        shards: ShardPlan | None = None,
     ) -> None:
+        """`shards`: the data set streamed per rank (data/stream.py); `dataset` is then its
+        first shard only, for samples."""
         self.config, self.env, self.dist, self.task = config, env, dist_info, task
-        self.dataset, self.stop, self.hooks = dataset, stop, hooks
+        self.dataset, self.stop, self.hooks, self.shards = dataset, stop, hooks, shards
         t = config.training
         self.device = dist_info.device
         self.rank0 = self.chief = dist_info.rank == 0
@@ -146,7 +150,13 @@ class GanTrainer:
 
     def _plan_data(self, dataset: Dataset) -> None:
         """This rank's share of every epoch (DistributedSampler), the steps it makes, and the
-        data set's arrays as tensors (pinned for a GPU)."""
+        data set's arrays as tensors (pinned for a GPU). Streamed shards: the steps every
+        rank can make whatever shards it is dealt (ShardPlan.events_per_rank)."""
+        self.samples_per_step = self.batch * self.k * self.world
+        if self.shards is not None:
+            n = self.shards.events_per_rank(self.world) * self.world
+            self.steps_per_epoch = driver.steps_per_epoch(self.config, n, self.world)
+            return
         n = len(dataset)
         self.sampler = DistributedSampler(
             range(n),
@@ -156,7 +166,6 @@ class GanTrainer:
             seed=self.config.training.seed,
             drop_last=True,
         )
-        self.samples_per_step = self.batch * self.k * self.world
         self.steps_per_epoch = driver.steps_per_epoch(self.config, n, self.world)
         pin = self.device.type == "cuda"
         self.arrays = {
@@ -312,6 +321,13 @@ class GanTrainer:
         # Per-rank state: RNG streams and this epoch's loss sums differ between ranks.
         mine = {
             "rng": rng.capture(self.device),
+            # BatchNorm running statistics are per rank (broadcast_buffers=False), and a
+            # schedule that makes D's fakes in eval mode (gan3d) reads them: each rank's own.
+            "buffers": {
+                f"{net}.{k}": v.detach().cpu()
+                for net, m in (("generator", self.G), ("discriminator", self.D))
+                for k, v in m.named_buffers()
+            },
             "epoch_acc": {
                 "g_sum": torch.as_tensor(state.g_sum).cpu(),
                 "d_sum": torch.as_tensor(state.d_sum).cpu(),
@@ -418,6 +434,7 @@ class GanTrainer:
         )
         if same_world:
             rng.restore(mine["rng"], self.device)
+            self._restore_buffers(mine.get("buffers", {}))
         else:
             if self.rank0:
                 log.warning(
@@ -428,6 +445,14 @@ class GanTrainer:
                 )
             rng.seed_all(self.config.training.seed + 7919 * self.dist.rank + 104729 * global_step)
         return pos, state
+
+    def _restore_buffers(self, saved: dict[str, Tensor]) -> None:
+        """This rank's own BatchNorm statistics (see save); older checkpoints lack them."""
+        with torch.no_grad():
+            for net, m in (("generator", self.G), ("discriminator", self.D)):
+                for k, v in m.named_buffers():
+                    if f"{net}.{k}" in saved:
+                        v.copy_(saved[f"{net}.{k}"].to(v.device))
 
     # ---- samples ---------------------------------------------------------------------------
     def real_examples(self, n: int) -> dict[str, np.ndarray]:
@@ -470,12 +495,30 @@ class GanTrainer:
         return g, d
 
     def batches(self, epoch0: int, first_step: int) -> Iterator[tuple[list[Batch], Tensor]]:
+        if self.shards is not None:
+            yield from self._streamed(epoch0, first_step)
+            return
         self.sampler.set_epoch(epoch0)
         order = torch.tensor(list(iter(self.sampler)), dtype=torch.int64)
         per_step, b = self.batch * self.k, self.batch
         for step in range(first_step, self.steps_per_epoch):
             chunk = order[step * per_step : (step + 1) * per_step]
             yield [self._batch(chunk[i * b : (i + 1) * b]) for i in range(self.k)], chunk
+
+    def _streamed(self, epoch0: int, first_step: int) -> Iterator[tuple[list[Batch], Tensor]]:
+        """This rank's batches from its own shards, read ahead a bounded number of them."""
+        assert self.shards is not None
+        b, per_step = self.batch, self.batch * self.k
+        for arrays in self.shards.rank_batches(
+            self.rank, self.world, epoch0, per_step, first_step, self.steps_per_epoch
+        ):
+            index = torch.from_numpy(arrays.pop("index"))
+            t = {k: torch.from_numpy(v) for k, v in arrays.items()}
+            micro = [
+                {k: self._to_device(v[i * b : (i + 1) * b]) for k, v in t.items()}
+                for i in range(self.k)
+            ]
+            yield micro, index
 
     def step(self, batch: tuple[list[Batch], Tensor], local_flags: Flags) -> StepResult:
         micro, index = batch
