@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import obstore
 import pytest
+import yaml
 from kubegan_trainer import objstore
-from kubegan_trainer.contract import EXIT_INTERRUPTED, EXIT_USER_ERROR
+from kubegan_trainer.contract import ENV_AWS_ENDPOINT_URL, EXIT_INTERRUPTED, EXIT_USER_ERROR
 from kubegan_trainer.data.stream import ShardPlan, rank_shards
 from kubegan_trainer.errors import TrainerError
 
@@ -243,3 +244,35 @@ def test_tensorflow_workers_stream_their_shards_and_resume_bitwise(tmp_path: Pat
     assert a.keys() == b.keys()
     for name in a:
         assert np.array_equal(a[name], b[name]), name
+
+
+@pytest.mark.timeout(300)
+def test_kubegan_run_streams_a_job_whose_data_is_in_a_bucket(s3: S3Server, tmp_path: Path) -> None:
+    """`kubegan run` of a job file with `spec.data.uri` (and its endpoint in the spec): two
+    local workers stream their shards from the bucket and finish."""
+    write_shards(tmp_path / "data", SHARDS, EVENTS)
+    uri = upload(s3, tmp_path / "data")
+    job = {
+        "apiVersion": "kubegan.io/v1alpha1",
+        "kind": "GANTrainingJob",
+        "metadata": {"name": "streamed-run"},
+        "spec": {
+            "framework": "pytorch",
+            "model": {"name": "gan3d", "options": {"size": "tiny"}},
+            "data": {"source": "files", "uri": uri, "endpoint": s3.endpoint},
+            "training": {"epochs": 1, "batchSizePerReplica": 2},
+            "resources": {"workers": 2, "gpusPerWorker": 0},
+            "monitoring": {"metricsPort": 19653},
+        },
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    env = {k: v for k, v in os.environ.items() if k != ENV_AWS_ENDPOINT_URL}
+    env.update({k: v for k, v in s3.env().items() if k != ENV_AWS_ENDPOINT_URL})
+    env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    kubegan = str(Path(sys.executable).with_name("kubegan"))
+    cmd = [kubegan, "run", str(path), "--output", str(tmp_path / "out")]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    metrics = (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(metrics[-1])["epoch"] == 1
