@@ -70,10 +70,13 @@ def cluster_up(
         if proc.returncode == 0:
             return started
         output = proc.stdout[-4000:] + proc.stderr[-4000:]
-        if not lost_port_race(output, cluster_dir):
+        race = lost_port_race(output, cluster_dir)
+        # Whatever it started before failing goes too: a start that failed late (applying the
+        # CRDs, say) had left a whole control plane running with nothing to stop it.
+        cluster_down(started)
+        if not race:
             break
         on_retry(f"control plane start {attempt} lost a port race; trying other ports")
-        cluster_down(started)
     raise AssertionError(f"hack/cluster-up.sh failed:\n{output}")
 
 
