@@ -27,6 +27,7 @@ from kubegan_trainer.contract import ATTEMPT_LABEL, KUEUE_QUEUE_LABEL, worker_na
 from pydantic import ValidationError
 
 from kubegan_operator.api.loading import validation_problems
+from kubegan_operator.api.podtemplate import PodTemplateSpec
 from kubegan_operator.api.spec import (
     CheckpointStatus,
     CleanPodPolicy,
@@ -39,7 +40,7 @@ from kubegan_operator.api.spec import (
     ProgressStatus,
     RunPolicySpec,
 )
-from kubegan_operator.decide.snapshot import JobSnapshot
+from kubegan_operator.decide.snapshot import JobSnapshot, WorkerIdentity
 from kubegan_operator.foundation.cost import accrued
 from kubegan_operator.foundation.kueue import NO_WORKLOAD_YET
 from kubegan_operator.foundation.podstate import (
@@ -304,6 +305,7 @@ def reconcile(seen: JobSnapshot) -> Decision:
         # The apiserver's schema should have stopped this; report it rather than crash.
         return _invalid(raw, "; ".join(validation_problems(err)), seen.now)
     _default_queue(job, seen.default_queue)
+    _default_identity(job, seen.default_identity)
     old = GANTrainingJobStatus.model_validate(raw.get("status") or {})
     st = old.model_copy(deep=True)
     st.observed_generation = (raw.get("metadata") or {}).get("generation")
@@ -333,6 +335,18 @@ def _default_queue(job: GANTrainingJob, queue: str | None) -> None:
     labels = job.metadata.labels or {}
     if queue and KUEUE_QUEUE_LABEL not in labels:
         job.metadata.labels = {**labels, KUEUE_QUEUE_LABEL: queue}
+
+
+def _default_identity(job: GANTrainingJob, identity: WorkerIdentity | None) -> None:
+    """A job naming no service account runs as its namespace's default worker identity
+    (the chart's workerIdentity), with the labels that identity needs; a job naming its own
+    account gets neither (its labels are its own business)."""
+    template = job.spec.pod_template or PodTemplateSpec()
+    if identity is None or template.spec.service_account_name:
+        return
+    template.spec.service_account_name = identity.service_account
+    template.metadata.labels = {**identity.labels, **template.metadata.labels}
+    job.spec.pod_template = template
 
 
 def _release_kueue_finalizers(c: Context) -> None:

@@ -8,7 +8,7 @@ decision out (apply.py). Frozen, so a step cannot change what the others see.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +20,15 @@ from kubegan_operator.placement.planner import Plan
 
 # A placement for the job's (validated) spec against the free capacity now.
 Planner = Callable[[GANTrainingJobSpec], Plan]
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """A namespace's default ServiceAccount for workers, and the labels its workers need
+    with it (AKS: azure.workload.identity/use, which makes the webhook project the token)."""
+
+    service_account: str
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,9 @@ class JobSnapshot:
     # The LocalQueue the operator names for the job's namespace (--default-queue, the chart's
     # kueue.defaultQueues): the queue of a job without its own kueue.x-k8s.io/queue-name.
     default_queue: str | None = None
+    # Who the workers of a job naming no service account run as in this namespace
+    # (--worker-identity, the chart's workerIdentity): a workload identity for its bucket.
+    default_identity: WorkerIdentity | None = None
 
     @property
     def uid(self) -> str | None:

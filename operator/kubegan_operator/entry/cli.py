@@ -196,6 +196,49 @@ def _default_queue(text: str) -> tuple[str, str]:
     return namespace, queue
 
 
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# A label key (optional DNS-subdomain prefix, a name of at most 63) and value, as Kubernetes
+# allows them; the value may be empty.
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?")
+
+
+def _worker_identity(text: str) -> tuple[str, str]:
+    """NAMESPACE=SERVICEACCOUNT: who workers of a namespace's jobs naming none run as."""
+    namespace, sep, account = text.partition("=")
+    if not sep or len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAMESPACE=SERVICEACCOUNT (namespace {namespace!r} is not a DNS label)"
+        )
+    if len(account) > 253 or not _DNS_SUBDOMAIN.fullmatch(account):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAMESPACE=SERVICEACCOUNT ({account!r} is not a ServiceAccount name)"
+        )
+    return namespace, account
+
+
+def _label_key_problem(key: str) -> str | None:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return f"label key prefix {prefix!r} is not a DNS subdomain"
+    if not _LABEL_NAME.fullmatch(name):
+        return f"label key {key!r} is not a label name"
+    return None
+
+
+def _worker_identity_label(text: str) -> tuple[str, str, str]:
+    """NAMESPACE=KEY=VALUE: a label the workers running as that namespace's identity get."""
+    namespace, _, rest = text.partition("=")
+    key, sep, value = rest.partition("=")
+    if not sep or not _DNS_LABEL.fullmatch(namespace) or len(namespace) > 63:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE=KEY=VALUE")
+    problem = _label_key_problem(key)
+    if problem is None and value and not _LABEL_NAME.fullmatch(value):
+        problem = f"label value {value!r} is not a label value"
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE=KEY=VALUE ({problem})")
+    return namespace, key, value
+
+
 def _progress_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -319,6 +362,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAMESPACE=LOCALQUEUE",
         help=f"hand the jobs of NAMESPACE that carry no {KUEUE_QUEUE_LABEL} label to "
         "Kueue's LocalQueue LOCALQUEUE (repeatable; a job's own label wins)",
+    )
+    p.add_argument(
+        "--worker-identity",
+        action="append",
+        type=_worker_identity,
+        metavar="NAMESPACE=SERVICEACCOUNT",
+        help="run the workers of NAMESPACE's jobs that name no service account as "
+        "SERVICEACCOUNT (a workload identity for their bucket; repeatable)",
+    )
+    p.add_argument(
+        "--worker-identity-label",
+        action="append",
+        type=_worker_identity_label,
+        metavar="NAMESPACE=KEY=VALUE",
+        help="a label for the workers that run as NAMESPACE's --worker-identity (AKS: "
+        "azure.workload.identity/use=true; repeatable)",
     )
     p.add_argument(
         "--no-trainer-progress",

@@ -12,6 +12,7 @@ from prometheus_client import start_http_server
 
 from kubegan_operator.api.loading import InputError, load_node_pools, load_prices
 from kubegan_operator.api.pricing import DEFAULT_PRICES
+from kubegan_operator.decide.snapshot import WorkerIdentity
 from kubegan_operator.foundation import heap
 from kubegan_operator.foundation.leader import (
     LeaseConfig,
@@ -56,6 +57,34 @@ def default_queues(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return out
 
 
+def worker_identities(
+    accounts: list[tuple[str, str]], labels: list[tuple[str, str, str]]
+) -> dict[str, WorkerIdentity]:
+    """--worker-identity and --worker-identity-label as namespace -> WorkerIdentity. A
+    namespace named twice, or a label for a namespace without an identity, is refused: it
+    would be silently ignored otherwise."""
+    problems: list[str] = []
+    named: dict[str, str] = {}
+    for namespace, account in accounts:
+        if named.get(namespace, account) != account:
+            problems.append(
+                f"kubegan operator: --worker-identity names namespace {namespace} twice "
+                f"({named[namespace]}, {account})"
+            )
+        named[namespace] = account
+    extra: dict[str, dict[str, str]] = {}
+    for namespace, key, value in labels:
+        if namespace not in named:
+            problems.append(
+                f"kubegan operator: --worker-identity-label {namespace}={key}={value}: "
+                f"namespace {namespace} has no --worker-identity"
+            )
+        extra.setdefault(namespace, {})[key] = value
+    if problems:
+        raise InputError(problems)
+    return {ns: WorkerIdentity(sa, extra.get(ns, {})) for ns, sa in named.items()}
+
+
 def require_native_gang(kube: Kube) -> None:
     """--gang native only where the apiserver serves PodGroups: elsewhere every gang would
     fail to be created, and an apiserver with the feature gate off would drop the workers'
@@ -75,19 +104,24 @@ def require_native_gang(kube: Kube) -> None:
         )
 
 
-def run_operator(args: argparse.Namespace) -> int:
+def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not args.verbose:
+    if not verbose:
         # kopf says "Handler succeeded" for every watch event: thousands a minute at scale.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    _configure_logging(args.verbose)
     # The same reader as `kubegan plan --prices`: InputError, one line per problem, before
     # anything starts.
     prices = load_prices(args.prices) if args.prices else DEFAULT_PRICES
     declared = load_node_pools(args.node_pools) if args.node_pools else []
     queues = default_queues(args.default_queue or [])
+    identities = worker_identities(args.worker_identity or [], args.worker_identity_label or [])
     require_free_ports(args)
     heap.tune()
     try:
@@ -106,6 +140,7 @@ def run_operator(args: argparse.Namespace) -> int:
         pools=PoolSource(declared, karpenter=args.karpenter),
         gang=GangMode(args.gang),
         default_queues=queues,
+        identities=identities,
     )
     memo = kopf.Memo(controller=ctl)
     if args.leader_elect:

@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.api.spec import GROUP, KIND, PLURAL, VERSION, Phase
 from kubegan_operator.decide.reconcile import Decision, kueue_finalizers_due, reconcile
-from kubegan_operator.decide.snapshot import JobSnapshot
+from kubegan_operator.decide.snapshot import JobSnapshot, WorkerIdentity
 from kubegan_operator.foundation import heap
 from kubegan_operator.foundation.leader import lost_leadership
 from kubegan_operator.foundation.progress import ProgressReader
@@ -81,6 +81,7 @@ class Controller:
         pools: PoolSource | None = None,
         gang: GangMode = GangMode.gates,
         default_queues: Mapping[str, str] | None = None,
+        identities: Mapping[str, WorkerIdentity] | None = None,
     ) -> None:
         self.kube = kube
         self.pools = pools or PoolSource()
@@ -103,6 +104,7 @@ class Controller:
             self.pools.pools,
             gang,
             default_queues,
+            identities,
         )
         self.applier = Applier(kube, self.expectations, self.threads)
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}

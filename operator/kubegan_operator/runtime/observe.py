@@ -22,7 +22,7 @@ from kubegan_trainer.contract import (
 
 from kubegan_operator.api.pricing import PriceTable
 from kubegan_operator.api.spec import GANTrainingJobSpec, Phase
-from kubegan_operator.decide.snapshot import JobSnapshot, Planner
+from kubegan_operator.decide.snapshot import JobSnapshot, Planner, WorkerIdentity
 from kubegan_operator.foundation.kueue import QueueWait, queue_wait
 from kubegan_operator.foundation.podstate import queued_by_kueue
 from kubegan_operator.foundation.pools import PoolTemplate
@@ -52,11 +52,14 @@ class Observer:
         pools: Callable[[], Sequence[PoolTemplate]] = tuple,
         gang: GangMode = GangMode.gates,
         default_queues: Mapping[str, str] | None = None,
+        identities: Mapping[str, WorkerIdentity] | None = None,
     ) -> None:
         self.kube, self.expectations, self.prices = kube, expectations, prices
         self.gang = gang
         # namespace -> the LocalQueue of jobs there that name none (--default-queue).
         self.default_queues = dict(default_queues or {})
+        # namespace -> who workers of jobs naming no service account run as (--worker-identity).
+        self.identities = dict(identities or {})
         self.pools = pools
         self.namespaces, self.progress, self.threads = namespaces, progress, threads
         self.view: cache.View | None = None  # kopf's indexes, once it hands them over
@@ -97,6 +100,7 @@ class Observer:
             queued=queued,
             gang=self.gang,
             default_queue=self.default_queues.get(key[0]),
+            default_identity=self.identities.get(key[0]),
         )
 
     async def _queue_wait(
