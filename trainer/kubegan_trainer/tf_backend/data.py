@@ -9,6 +9,9 @@ global batch across the replicas. Auto-shard policy:
 - TFRecord shards: FILE. Each worker reads its own files (the 3DGAN cloud runs read
   TFRecords from object storage this way); there must be at least as many shards as
   workers.
+- HDF5 shower shards (a folder, or `spec.data.uri`): no auto-sharding. Each worker's own
+  input pipeline streams the shards dealt to it for the epoch (data/stream.py) and its
+  replicas take its batches in turn (`distribute_datasets_from_function`).
 
 Epoch order is a permutation drawn from (seed, epoch), so a resumed run sees exactly the
 batches it would have seen. The position to resume at is (epoch, step): in-memory
