@@ -83,6 +83,49 @@ def test_a_bad_shard_is_one_line(tmp_path: Path) -> None:
         list(ShardStream(source.read, parse_showers, source.names()))
 
 
+def test_a_shard_that_would_unpack_past_the_bound_is_refused_unread(tmp_path: Path) -> None:
+    """A few KiB of compressed HDF5 may declare a million showers: the header is checked
+    before anything is unpacked."""
+    with h5py.File(tmp_path / "bomb.h5", "w") as f:
+        f.create_dataset(
+            "ECAL", shape=(1_000_000, 51, 51, 25), dtype=np.float32, chunks=(1, 51, 51, 25),
+            compression="gzip",
+        )  # fmt: skip
+        f["energy"] = np.ones(1_000_000, dtype=np.float32)
+        f["theta"] = np.ones(1_000_000, dtype=np.float32)
+    assert (tmp_path / "bomb.h5").stat().st_size < 64 << 20
+    source = ShardSource(str(tmp_path))
+    with pytest.raises(TrainerError) as err:
+        source.count("bomb.h5", "theta")
+    assert str(err.value).startswith("spec.data.path: bomb.h5 unpacks to 260100000000 bytes")
+    with pytest.raises(TrainerError, match=r"^spec.data.uri: bomb.h5 unpacks to"):
+        parse_showers("bomb.h5", (tmp_path / "bomb.h5").read_bytes(), "theta")
+
+
+def test_a_shard_past_the_byte_bound_or_not_a_file_is_refused(
+    tmp_path: Path, s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubegan_trainer.data import stream
+
+    write_shards(tmp_path / "data", 1, 2)
+    monkeypatch.setattr(stream, "SHARD_MAX_BYTES", 1000)
+    local = ShardSource(str(tmp_path / "data"))
+    with pytest.raises(TrainerError, match=r"larger than 1000 bytes$"):
+        local.read(local.names()[0])
+    os.mkfifo(tmp_path / "data" / "pipe.h5")
+    with pytest.raises(TrainerError, match=r"pipe.h5.*not a regular file"):
+        local.read("pipe.h5")
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    bucket = s3.make_bucket()
+    remote = ShardSource(f"s3://{bucket}/showers")
+    obstore.put(remote._store, "part-000.h5", (tmp_path / "data" / "part-000.h5").read_bytes())
+    with pytest.raises(TrainerError) as err:
+        remote.names()
+    assert str(err.value).startswith("spec.data.uri: part-000.h5 is ")
+    assert str(err.value).endswith("bytes, more than a shard may be (1000 bytes; split it)")
+
+
 PEAK = """
 import json, sys
 from pathlib import Path

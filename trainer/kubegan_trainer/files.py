@@ -20,6 +20,8 @@ from kubegan_trainer.errors import TrainerError
 MANIFEST_MAX_BYTES = 1024 * 1024  # a checkpoint manifest lists a few files
 # One image of a data folder; PIL's decompression-bomb check bounds the decoded size.
 IMAGE_MAX_BYTES = 256 * 1024 * 1024
+# One streamed dataset shard, as stored and as its showers unpack (READ_AHEAD + 1 are held).
+SHARD_MAX_BYTES = 4 * 1024 * 1024 * 1024
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),

@@ -45,7 +45,7 @@ from kubegan_trainer.data.files import (
 )
 from kubegan_trainer.data.showers import SHAPE, preprocess
 from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.files import require_regular
+from kubegan_trainer.files import SHARD_MAX_BYTES, read_regular, require_regular
 
 DATA_URI_FIELD = "spec.data.uri"
 DATA_PATH_FIELD = "spec.data.path"
@@ -129,6 +129,12 @@ class ShardSource:
                 f"{self.field}: no .h5/.hdf5 shards in {self.where} (only HDF5 shower shards "
                 "are streamed; TFRecord and image shards are read from a spec.data.path folder)"
             )
+        too_big = next((n for n in shards if found[n] > SHARD_MAX_BYTES), None)
+        if too_big is not None:
+            raise TrainerError(
+                f"{self.field}: {too_big} is {found[too_big]} bytes, more than a shard may be "
+                f"({SHARD_MAX_BYTES} bytes; split it)"
+            )
         self._sizes = {n: found[n] for n in shards}
         return shards
 
@@ -154,14 +160,20 @@ class ShardSource:
     def read(self, name: str) -> bytes:
         target = self._object(name)
         if isinstance(target, Path):
-            return target.read_bytes()
+            return read_regular(target, SHARD_MAX_BYTES)
         import obstore
 
         store = self._store
-        return objstore.call(
+        if self._sizes.get(name) == 0:  # S3 refuses a range of an empty object
+            return b""
+        # Never more than one byte past the bound, whatever the object became since listing.
+        raw = objstore.call(
             f"{self.field}: read {self.where}/{name}",
-            lambda: bytes(obstore.get(store, name).bytes()),
+            lambda: bytes(obstore.get_range(store, name, start=0, length=SHARD_MAX_BYTES + 1)),
         )
+        if len(raw) > SHARD_MAX_BYTES:
+            raise TrainerError(f"{self.field}: {name} grew past {SHARD_MAX_BYTES} bytes")
+        return raw
 
     def count(self, name: str, angle_key: str) -> int:
         """Events in shard `name`, from its HDF5 header (its keys checked as parse does)."""
@@ -189,8 +201,17 @@ def _require_keys(h5: Any, name: str, angle_key: str, field: str) -> str:
         raise TrainerError(
             f"{field}: {name} lacks the 3DGAN keys 'ECAL', 'energy' and {angle_key!r}"
         )
-    if h5[ECAL_KEY].shape[1:] != SHAPE:
-        raise TrainerError(f"{field}: {name} 'ECAL' has shape {h5[ECAL_KEY].shape[1:]}")
+    ecal = h5[ECAL_KEY]
+    if ecal.shape[1:] != SHAPE:
+        raise TrainerError(f"{field}: {name} 'ECAL' has shape {ecal.shape[1:]}")
+    # Compressed, a small shard can declare any number of events: the header says how much
+    # unpacking it would take, before anything is unpacked.
+    unpacked = int(np.prod(ecal.shape, dtype=np.float64)) * 4
+    if unpacked > SHARD_MAX_BYTES:
+        raise TrainerError(
+            f"{field}: {name} unpacks to {unpacked} bytes of 'ECAL', more than a shard may "
+            f"({SHARD_MAX_BYTES} bytes; split it)"
+        )
     return energy_key
 
 
