@@ -16,7 +16,8 @@ the tests start it) and on a local folder:
   upload; and, end to end, a real PyTorch worker's own log line (signal to manifest, the
   step in flight included);
 - memory: one rank's peak memory growth for a shower set 4x the largest the tests stream,
-  loaded whole (today's `files` source) vs streamed by shard (data/stream.py).
+  loaded whole (a single .h5 file still is) vs streamed by shard (data/stream.py, as the
+  training loops read a folder or bucket of shards).
 
 Prints one markdown table (bench/README.md has it). moto keeps objects in memory and is
 pure Python: a cloud's S3 is faster per stream, so the bucket rows are an upper bound.
@@ -130,7 +131,8 @@ def memory_rows(work: Path) -> list[str]:
         "",
         "| data | peak growth MB |",
         "|---|---:|",
-        f"| loaded whole (today's `files` source) | {whole['grew_mb']:.0f} |",
+        "| loaded whole (a single .h5 file; every folder before streaming) "
+        f"| {whole['grew_mb']:.0f} |",
         f"| streamed by shard, read-ahead 2 (data/stream.py) | {streamed['grew_mb']:.0f} |",
     ]
 
