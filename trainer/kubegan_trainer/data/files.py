@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -18,7 +19,7 @@ from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.data.imageops import pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
 from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.files import IMAGE_MAX_BYTES, read_regular, require_regular
+from kubegan_trainer.files import IMAGE_MAX_BYTES, SHARD_MAX_BYTES, read_regular, require_regular
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 HDF5_SUFFIXES = {".h5", ".hdf5", ".hdf"}
@@ -51,6 +52,18 @@ def _hdf5_files(path: Path) -> list[Path]:
     return files
 
 
+def _require_unpackable(f: Path, ecal: Any, limit: int | None) -> None:
+    """Compressed, a small file can declare any number of showers: its header says how much
+    unpacking reading it would take, checked before anything is unpacked."""
+    rows = ecal.shape[0] if limit is None else min(limit, ecal.shape[0])
+    unpacked = rows * int(np.prod(ecal.shape[1:], dtype=np.float64)) * 4
+    if unpacked > SHARD_MAX_BYTES:
+        raise TrainerError(
+            f"{DATA_FIELD}: {f} unpacks to {unpacked} bytes of 'ECAL', more than one file may "
+            f"({SHARD_MAX_BYTES} bytes; split it into shards, which stream)"
+        )
+
+
 def load_showers(
     path: Path, angle_key: str = DEFAULT_ANGLE_KEY, limit: int | None = None
 ) -> Dataset:
@@ -75,6 +88,7 @@ def load_showers(
                     f" (found {', '.join(map(repr, keys)) or 'none'}); expected the 3DGAN keys "
                     f"'ECAL', 'energy' (or 'target') and {angle_key!r}"
                 )
+            _require_unpackable(f, h5[ECAL_KEY], limit)
             ecal = np.asarray(h5[ECAL_KEY][:limit], dtype=np.float32)
             energy = np.asarray(h5[energy_key][:limit], dtype=np.float32)
             angle = np.asarray(h5[angle_key][:limit], dtype=np.float32)
