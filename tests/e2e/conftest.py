@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 from kubegan_trainer.contract import JOB_NAME_LABEL
 
+from tests.e2e.jobs import Nodes
 from tests.support.real_nodes import (
     EPOCHS,
     HACK,
@@ -45,6 +46,16 @@ def images_loaded(real_cluster: RealCluster) -> dict[str, str]:
     node started; load-images checks the digests (and imports whatever differs)."""
     run(["bash", str(HACK / "load-images.sh")], real_cluster.env, timeout=1200)
     return {"operator": OPERATOR_IMAGE, **TRAINER_IMAGES}
+
+
+@pytest.fixture(scope="module")
+def nodes(real_cluster: RealCluster) -> Iterator[Nodes]:
+    """The real nodes a module's scenarios reclaim and add; put back to REAL_NODES after it."""
+    n = Nodes(real_cluster)
+    try:
+        yield n
+    finally:
+        n.restore()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Driving jobs and nodes on the real-node cluster: the preemption tests and
 bench/e2e_preemption.py share these (a node reclaimed like a spot VM, a replacement node, a job
-followed from apply to its end through its status, pods, logs and its shared volume)."""
+followed from apply to its end through its status, pods, logs and its checkpoints: on its
+shared volume, or in a bucket with `BucketJob`), and the spot-reclaim scenario itself."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from kubegan_operator.api.podtemplate import CHECKPOINT_VOLUME
+from kubegan_trainer.bucketckpt import BucketCheckpoints, astuple
 from kubegan_trainer.checkpoint import CheckpointStore, Position, checkpoint_name
 from kubegan_trainer.contract import JOB_NAME_LABEL, WORKER_INDEX_LABEL
 from kubegan_trainer.torch_backend.loop import STATE_FILE
@@ -32,6 +35,7 @@ from tests.support.real_nodes import (
 
 OPERATOR_SELECTOR = "-lapp.kubernetes.io/name=kubegan-operator"
 GRACE_SECONDS = 15  # what GKE's graceful node shutdown gives non-system pods
+REPLACEMENT = 3  # the node index a "node-pool autoscaler" adds
 RESUMED = re.compile(r"resumed from epoch (\d+)(?:, step (\d+) of epoch \d+)?")
 
 
@@ -101,12 +105,28 @@ class Run:
     epochs_seen: list[int] = field(default_factory=list)
     worker_uids: set[str] = field(default_factory=set)
     most_pods: int = 0
+    claims: set[str] = field(default_factory=set)  # every claim a worker pod ever mounted
+
+
+def pod_claims(pod: dict[str, Any]) -> set[str]:
+    """The PersistentVolumeClaims a pod mounts (a generic ephemeral volume is one too)."""
+    name = pod["metadata"]["name"]
+    return {
+        v["persistentVolumeClaim"]["claimName"]
+        if "persistentVolumeClaim" in v
+        else f"{name}-{v['name']}"
+        for v in pod["spec"].get("volumes", [])
+        if "persistentVolumeClaim" in v or "ephemeral" in v
+    }
 
 
 class Job:
+    """A job on its checkpoint claim (the claim's directory on this host is its output)."""
+
     def __init__(self, cluster: RealCluster, obj: dict[str, Any]) -> None:
         self.cluster, self.obj = cluster, obj
         self.name = obj["metadata"]["name"]
+        self.ns = obj["metadata"].get("namespace", JOBS_NS)
         self.out: Path | None = None
         self.run = Run(self.name)
 
@@ -118,14 +138,19 @@ class Job:
     def output(self) -> Path:
         """The job's directory on the shared checkpoint volume (a directory on this host)."""
         if self.out is None:
-            self.out = self.cluster.claim_dir(CHECKPOINT_CLAIM, JOBS_NS) / self.name
+            claim = self.obj["spec"]["checkpoint"].get("claimName", CHECKPOINT_CLAIM)
+            self.out = self.cluster.claim_dir(claim, self.ns) / self.name
         return self.out
 
+    def progress_path(self) -> Path:
+        """Rank 0's progress file (the trainer rewrites it every 0.25 s)."""
+        return self.output / "progress.json"
+
     def status(self) -> dict[str, Any]:
-        return self.cluster.get("ganjob", self.name, JOBS_NS).get("status", {})
+        return self.cluster.get("ganjob", self.name, self.ns).get("status", {})
 
     def pods(self) -> list[dict[str, Any]]:
-        return self.cluster.items("pods", f"-l{JOB_NAME_LABEL}={self.name}", ns=JOBS_NS)
+        return self.cluster.items("pods", f"-l{JOB_NAME_LABEL}={self.name}", ns=self.ns)
 
     def observe(self) -> dict[str, Any]:
         st = self.status()
@@ -137,6 +162,8 @@ class Job:
         pods = [p for p in self.pods() if not p["metadata"].get("deletionTimestamp")]
         self.run.most_pods = max(self.run.most_pods, len(pods))
         self.run.worker_uids |= {p["metadata"]["uid"] for p in pods}
+        for p in pods:
+            self.run.claims |= pod_claims(p)
         return st
 
     def wait(self, what: str, check: Callable[[dict[str, Any]], Any], timeout: float) -> Any:
@@ -151,13 +178,13 @@ class Job:
             time.sleep(1)
         raise AssertionError(
             f"{self.name}: timed out after {timeout:.0f}s waiting for {what}; status "
-            f"{json.dumps(self.status(), indent=1)}\n{self.cluster.diagnose(JOBS_NS)}"
+            f"{json.dumps(self.status(), indent=1)}\n{self.cluster.diagnose(self.ns)}"
         )
 
     def wait_training(self, epoch: int, steps: tuple[int, int] | None = None) -> dict[str, Any]:
         """Until rank 0's progress file says epoch `epoch` (1-based) is being trained, at a
         step within `steps` when given (read often: the trainer updates it every 0.25 s)."""
-        path = self.output / "progress.json"
+        path = self.progress_path()
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             try:
@@ -189,20 +216,97 @@ class Job:
         }
 
     def log(self, index: int) -> str:
-        return self.cluster.kubectl("logs", "-n", JOBS_NS, f"{self.name}-worker-{index}")
+        return self.cluster.kubectl("logs", "-n", self.ns, f"{self.name}-worker-{index}")
 
     def checkpoints(self) -> list[tuple[int, int]]:
         """(epochs done, steps into the next) of every committed checkpoint, oldest first."""
         store = CheckpointStore(self.output / "checkpoints", keep=1, writer=False)
         return [(ref.position.epoch, ref.position.step) for ref in store.list()]
 
+    def final_state(self, epochs: int) -> dict[str, Any]:
+        """The weights and optimizer states of the checkpoint after the last epoch."""
+        return final_weights(self.output, epochs)
+
     def events(self) -> list[dict[str, Any]]:
         out = self.cluster.kubectl(
-            "get", "events", "-n", JOBS_NS,
+            "get", "events", "-n", self.ns,
             f"--field-selector=involvedObject.name={self.name},involvedObject.kind=GANTrainingJob",
             "-o", "json",
         )  # fmt: skip
         return json.loads(out)["items"]
+
+
+class BucketJob(Job):
+    """A job whose checkpoints are in a bucket (`spec.checkpoint.uri`), read through `bucket`;
+    its output folder is an emptyDir of worker 0, read where the kubelet keeps it on this host."""
+
+    def __init__(
+        self, cluster: RealCluster, obj: dict[str, Any], bucket: BucketCheckpoints, scratch: Path
+    ) -> None:
+        super().__init__(cluster, obj)
+        self.bucket, self.scratch = bucket, scratch
+
+    @property
+    def output(self) -> Path:
+        (pod,) = [
+            p
+            for p in self.pods()
+            if p["metadata"]["labels"][WORKER_INDEX_LABEL] == "0"
+            and p["spec"].get("nodeName")
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        return self.cluster.empty_dir(pod, CHECKPOINT_VOLUME) / self.name
+
+    def checkpoints(self) -> list[tuple[int, int]]:
+        return [astuple(r.position) for r in self.bucket.list() if r.committed]
+
+    def final_state(self, epochs: int) -> dict[str, Any]:
+        """Downloaded from the bucket (sizes and sha256 checked against its manifest)."""
+        (remote,) = [r for r in self.bucket.list() if r.position == Position(epochs, 0)]
+        root = self.scratch / "checkpoints"
+        root.mkdir(parents=True, exist_ok=True)
+        problem = self.bucket.download(remote, root)
+        assert problem is None, f"{remote.name} in {self.bucket.uri}: {problem}"
+        return final_weights(self.scratch, epochs)
+
+
+def spot_reclaim_mid_epoch(job: Job, nodes: Nodes) -> tuple[int, int]:
+    """The spot-reclaim scenario for `job` (two workers, not yet applied): the node under one
+    worker (not the operator's) is reclaimed inside epoch 3 (SIGTERM, GRACE_SECONDS, node
+    gone). The trainer commits a checkpoint at the next step; the job counts a preemption,
+    says it waits for a node, runs a new gang on the surviving node and node REPLACEMENT,
+    resumes at that step and succeeds with 1 preemption and 0 restarts. Returns the position
+    of that emergency checkpoint (epochs done, steps into the next)."""
+    job.apply()
+    job.wait("Running", lambda st: st.get("phase") == "Running", 300)
+    job.wait_training(epoch=3, steps=(1, 4))
+    victim = victim_node(job.cluster, job)
+    survivor = next(n for n in job.worker_nodes().values() if n != victim)
+    times = nodes.reclaim(index_of(victim))
+
+    # The trainer's emergency checkpoint is inside epoch 3 (2 epochs done, 0 < step < 8).
+    emergency = job.checkpoints()[-1]
+    assert emergency[0] == 2 and 0 < emergency[1] < 8, job.checkpoints()
+    st = job.wait("the preemption counted", lambda st: st.get("preemptions") == 1 and st, 120)
+    assert st["restarts"] == 0, st
+    # One node is left and the job needs two: it waits for capacity and says so.
+    job.wait(
+        "Unschedulable while one node is left",
+        lambda st: condition_true(st, "Unschedulable"),
+        120,
+    )
+    nodes.up(REPLACEMENT)
+    job.wait("a new gang Running", lambda st: st.get("phase") == "Running", 300)
+    assert sorted(job.worker_nodes().values()) == sorted([survivor, SITE.node(REPLACEMENT)])
+    final = job.finish()
+    assert (final["preemptions"], final["restarts"]) == (1, 0), final
+    log = job.log(0)
+    assert resumed_at(log) == emergency, log[:3000]
+    assert emergency in job.run.checkpoints_seen, (emergency, job.run.checkpoints_seen)
+    reasons = [e["reason"] for e in job.events()]
+    assert "Preempted" in reasons, reasons
+    assert times["notice"] < times["stopped"] <= times["gone"]
+    return emergency
 
 
 def operator_node(cluster: RealCluster) -> str:

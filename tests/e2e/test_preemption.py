@@ -9,8 +9,6 @@ it found it (REAL_NODES) when it is done.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.e2e.jobs import (
@@ -22,32 +20,22 @@ from tests.e2e.jobs import (
     final_weights,
     index_of,
     resumed_at,
+    spot_reclaim_mid_epoch,
     victim_node,
 )
 from tests.support.kube import wait_for
 from tests.support.real_nodes import (
+    CHECKPOINT_CLAIM,
     EPOCHS,
     JOBS_NS,
     OPERATOR_NS,
     REAL_NODES,
-    SITE,
     RealCluster,
     Watched,
     digits_job,
 )
 
 pytestmark = pytest.mark.timeout(1800)
-REPLACEMENT = 3  # the node index a "node-pool autoscaler" adds
-
-
-@pytest.fixture(scope="module")
-def nodes(real_cluster: RealCluster) -> Iterator[Nodes]:
-    n = Nodes(real_cluster)
-    try:
-        yield n
-    finally:
-        n.restore()
-
 
 # ---- spot reclaim ---------------------------------------------------------------------------
 
@@ -59,46 +47,20 @@ def test_spot_reclaim_mid_epoch_resumes_exactly(
     nodes: Nodes,
 ) -> None:
     """The node under one worker is reclaimed inside epoch 3: SIGTERM, 15 s grace, node gone.
-    The trainer checkpoints at the next step; the job counts a preemption, waits for a node,
-    runs a new gang on the surviving node and the replacement, resumes at that step, and ends
-    with the same weights, bit for bit, as the uninterrupted digits-torch run."""
+    The trainer checkpoints at the next step on the shared volume; the job counts a
+    preemption, waits for a node, runs a new gang on the surviving node and the replacement,
+    resumes at that step, and ends with the same weights, bit for bit, as the uninterrupted
+    digits-torch run."""
     reference = trained["digits-torch"]
     assert reference.final["status"]["phase"] == "Succeeded"
     epochs = EPOCHS["digits-torch"]
-    job = Job(real_cluster, digits_job("reclaim-torch", "pytorch", epochs)).apply()
-    job.wait("Running", lambda st: st.get("phase") == "Running", 300)
-    job.wait_training(epoch=3, steps=(1, 4))
-    victim = victim_node(real_cluster, job)
-    survivor = next(n for n in job.worker_nodes().values() if n != victim)
-    times = nodes.reclaim(index_of(victim))
-
-    # The trainer's emergency checkpoint is inside epoch 3 (2 epochs done, 0 < step < 8).
-    emergency = job.checkpoints()[-1]
-    assert emergency[0] == 2 and 0 < emergency[1] < 8, job.checkpoints()
-    st = job.wait("the preemption counted", lambda st: st.get("preemptions") == 1 and st, 120)
-    assert st["restarts"] == 0, st
-    # One node is left and the job needs two: it waits for capacity and says so.
-    job.wait(
-        "Unschedulable while one node is left",
-        lambda st: condition_true(st, "Unschedulable"),
-        120,
-    )
-    nodes.up(REPLACEMENT)
-    job.wait("a new gang Running", lambda st: st.get("phase") == "Running", 300)
-    assert sorted(job.worker_nodes().values()) == sorted([survivor, SITE.node(REPLACEMENT)])
-    final = job.finish()
-    assert (final["preemptions"], final["restarts"]) == (1, 0), final
-    log = job.log(0)
-    assert resumed_at(log) == emergency, log[:3000]
-    assert emergency in job.run.checkpoints_seen, (emergency, job.run.checkpoints_seen)
-    reasons = [e["reason"] for e in job.events()]
-    assert "Preempted" in reasons, reasons
-    assert times["notice"] < times["stopped"] <= times["gone"]
+    job = Job(real_cluster, digits_job("reclaim-torch", "pytorch", epochs))
+    spot_reclaim_mid_epoch(job, nodes)
+    assert job.run.claims == {CHECKPOINT_CLAIM}, job.run.claims
 
     # Bitwise: the final checkpoint equals the uninterrupted run's (same spec, world size 2).
     assert_bitwise_equal(
-        final_weights(job.output, epochs),
-        final_weights(job.output.parent / "digits-torch", epochs),
+        job.final_state(epochs), final_weights(job.output.parent / "digits-torch", epochs)
     )
 
 

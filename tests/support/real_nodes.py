@@ -183,6 +183,14 @@ class RealCluster:
         volume = self.get("pvc", claim, ns)["spec"]["volumeName"]
         return Path(self.get("pv", volume)["spec"]["hostPath"]["path"])
 
+    def empty_dir(self, pod: dict[str, Any], volume: str) -> Path:
+        """An emptyDir volume of a pod on a real node, as this machine's folder: the kubelets
+        share this host's filesystem (only their network is a namespace of its own), each
+        with its root dir under the cluster dir (hack/real-node-up.sh)."""
+        node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+        pod_dir = self.dir / "real-nodes" / node / "kubelet" / "pods" / uid
+        return pod_dir / "volumes" / "kubernetes.io~empty-dir" / volume
+
     def kubectl(
         self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120
     ) -> str:

@@ -1,7 +1,9 @@
 """A real S3 server for the tests and benchmarks: moto's (`moto[server]`, pure Python; its S3
 honours `If-None-Match: *` and `If-Match` on PUT and on CompleteMultipartUpload, which the
 checkpoint contract's create-only manifest relies on), started as its own process on
-127.0.0.1 on a port from the repo's port helper (outside the ephemeral range, leased).
+127.0.0.1 (or another address of this machine: the e2e tier binds the real nodes' bridge so
+their pods reach it) on a port from the repo's port helper (outside the ephemeral range,
+leased).
 
 `S3Server.start()` returns once the server answers; `env()` is the environment a trainer or
 client needs to reach it (moto takes any key pair; `AWS_ENDPOINT_URL` is the override the AWS
@@ -34,21 +36,22 @@ START_SECONDS = 60.0
 class S3Server:
     port: int
     log_path: Path
+    host: str = "127.0.0.1"
     proc: subprocess.Popen | None = None
     buckets: list[str] = field(default_factory=list)
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @classmethod
-    def start(cls, log_dir: Path) -> S3Server:
-        """moto's server on a leased free port; raises AssertionError (with its log) when it
-        does not answer within START_SECONDS."""
-        server = cls(reserve_port(), Path(log_dir) / "moto.log")
+    def start(cls, log_dir: Path, host: str = "127.0.0.1") -> S3Server:
+        """moto's server on `host` and a leased free port; raises AssertionError (with its log)
+        when it does not answer within START_SECONDS."""
+        server = cls(reserve_port(), Path(log_dir) / "moto.log", host)
         log = server.log_path.open("wb")
         server.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(server.port)],
+            [sys.executable, "-m", "moto.server", "-H", server.host, "-p", str(server.port)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

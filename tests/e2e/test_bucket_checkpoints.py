@@ -1,0 +1,123 @@
+"""Checkpoints in a bucket on real nodes (issue 26, acceptance 2): the spot-reclaim scenario of
+test_preemption.py with `spec.checkpoint.uri` on a real S3 server (moto) instead of the shared
+ReadWriteMany volume.
+
+moto runs on this machine, bound to the site's bridge address (the host's address on the
+real nodes' network, which their pods reach as they reach CoreDNS there); the job names it as
+`spec.checkpoint.endpoint` and its keys as a Secret (`spec.checkpoint.credentialsSecret`). The
+workers mount no claim at all: their checkpoint folder is an emptyDir, so the new gang after
+the reclaim (one worker on a brand-new node) can only resume from the bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubegan_operator.api.podtemplate import CHECKPOINT_VOLUME
+from kubegan_trainer import objstore
+from kubegan_trainer.bucketckpt import BucketCheckpoints
+from kubegan_trainer.checkpoint import Position, checkpoint_name
+from obstore.store import S3Store
+
+from tests.e2e.jobs import (
+    BucketJob,
+    Nodes,
+    assert_bitwise_equal,
+    condition_true,
+    final_weights,
+    spot_reclaim_mid_epoch,
+)
+from tests.support.real_nodes import (
+    CHECKPOINT_CLAIM,
+    EPOCHS,
+    JOBS_NS,
+    SITE,
+    RealCluster,
+    Watched,
+    digits_job,
+)
+from tests.support.s3_server import TEST_KEY_ID, TEST_SECRET, S3Server
+
+pytestmark = pytest.mark.timeout(1200)
+SECRET = "e2e-s3-credentials"
+REGION = "us-east-1"
+
+
+@pytest.fixture(scope="module")
+def s3(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto on the real nodes' bridge address, and the Secret with its keys in the jobs'
+    namespace."""
+    server = S3Server.start(tmp_path_factory.mktemp("moto-e2e"), host=SITE["HOST_BRIDGE_IP"])
+    keys = {"AWS_ACCESS_KEY_ID": TEST_KEY_ID, "AWS_SECRET_ACCESS_KEY": TEST_SECRET}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": JOBS_NS},
+        "stringData": {**keys, "AWS_REGION": REGION},
+    }
+    try:
+        real_cluster.apply(secret)
+        yield server
+    finally:
+        real_cluster.kubectl("delete", "secret", "-n", JOBS_NS, SECRET, "--ignore-not-found")
+        server.stop()
+
+
+def bucket_checkpoints(server: S3Server, uri: str) -> BucketCheckpoints:
+    """The checkpoints under `uri`, read by this test through the trainer's own code."""
+    where = objstore.parse_uri(uri, "checkpoint.uri")
+    store = S3Store(
+        where.bucket,
+        prefix=where.prefix,
+        endpoint=server.endpoint,
+        access_key_id=TEST_KEY_ID,
+        secret_access_key=TEST_SECRET,
+        region=REGION,
+        client_options={"allow_http": True},
+    )
+    return BucketCheckpoints(store, where)
+
+
+def test_spot_reclaim_with_checkpoints_in_a_bucket_resumes_exactly(
+    real_cluster: RealCluster,
+    operator_release: str,
+    trained: dict[str, Watched],
+    nodes: Nodes,
+    s3: S3Server,
+    tmp_path: Path,
+) -> None:
+    """A node under one worker is reclaimed inside epoch 3; the SIGTERM checkpoint is
+    committed in the bucket within the grace period; the new gang (fresh emptyDirs, one on a
+    new node) resumes from the bucket at that step and ends bit for bit where the
+    uninterrupted digits-torch run (on the volume) ended. No worker ever mounts a claim."""
+    reference = trained["digits-torch"].final["status"]
+    assert reference["phase"] == "Succeeded", reference
+    epochs = EPOCHS["digits-torch"]
+    uri = f"s3://{s3.make_bucket()}/reclaim-s3"
+    spec = digits_job("reclaim-s3", "pytorch", epochs)
+    spec["spec"]["checkpoint"] = {
+        "uri": uri,
+        "endpoint": s3.endpoint,
+        "credentialsSecret": SECRET,
+        "intervalEpochs": 1,
+        "keep": 2,
+    }
+    job = BucketJob(real_cluster, spec, bucket_checkpoints(s3, uri), tmp_path)
+    emergency = spot_reclaim_mid_epoch(job, nodes)
+
+    assert job.run.claims == set(), f"a worker mounted a claim: {job.run.claims}"
+    for pod in job.pods():
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == CHECKPOINT_VOLUME]
+        assert "emptyDir" in volume, volume
+    st = job.status()
+    assert condition_true(st, "CheckpointsPersistent"), st["conditions"]
+    resumed = f"resuming from {uri}/{checkpoint_name(Position(*emergency))}"
+    assert resumed in job.log(0), job.log(0)[:3000]
+    # keep 2, pruned in the bucket as in a folder; the last is the end of the last epoch.
+    committed = job.checkpoints()
+    assert committed[-1] == (epochs, 0) and len(committed) <= 2, committed
+
+    ran = real_cluster.claim_dir(CHECKPOINT_CLAIM, JOBS_NS) / "digits-torch"
+    assert_bitwise_equal(job.final_state(epochs), final_weights(ran, epochs))
