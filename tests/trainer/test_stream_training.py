@@ -154,6 +154,11 @@ def test_faults_are_one_line(s3: S3Server, tmp_path: Path, monkeypatch: pytest.M
     assert _refusal(str(tmp_path / "data")).startswith(
         "spec.data.path: part-002.h5 is not a readable HDF5 file ("
     )
+    write_shards(tmp_path / "fifo", 2, 2)
+    os.mkfifo(tmp_path / "fifo" / "part-002.h5")  # never opened: it would block h5py
+    assert _refusal(str(tmp_path / "fifo")) == (
+        f"spec.data.path: {tmp_path / 'fifo' / 'part-002.h5'} is a FIFO, not a regular file"
+    )
 
 
 @pytest.mark.timeout(200)

@@ -114,7 +114,9 @@ class ShardSource:
     def names(self) -> list[str]:
         if self._store is None:
             root = Path(self.where)
-            found = {p.name: 0 for p in root.iterdir() if p.is_file()} if root.is_dir() else {}
+            # Every .h5 name, not only regular files: a FIFO is refused by name (count), as
+            # the whole-file loader refuses it, rather than skipped.
+            found = {p.name: 0 for p in root.iterdir()} if root.is_dir() else {}
         else:
             import obstore
 
