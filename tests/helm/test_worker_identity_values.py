@@ -22,7 +22,7 @@ VALUES = {
         "identities": {
             "ml": {
                 "serviceAccountName": "gan-trainer",
-                "annotations": {AKS_CLIENT: "00000000-1111-2222-3333-444444444444"},
+                "annotations": {AKS_CLIENT: "7f0c9e1a-5b2d-4c3e-9a8b-6d1e2f3a4b5c"},
                 "podLabels": {AKS_USE: "true"},
             },
             "team-b": {"serviceAccountName": "made-by-hand", "create": False},
@@ -58,7 +58,7 @@ def test_each_namespace_gets_its_account_and_the_operator_its_flags(tmp_path: Pa
     }
     assert ("team-b", "made-by-hand") not in made  # create: false: the team's own
     sa = made[("ml", "gan-trainer")]
-    assert sa["metadata"]["annotations"] == {AKS_CLIENT: "00000000-1111-2222-3333-444444444444"}
+    assert sa["metadata"]["annotations"] == {AKS_CLIENT: "7f0c9e1a-5b2d-4c3e-9a8b-6d1e2f3a4b5c"}
     assert sa["automountServiceAccountToken"] is False
     args = build_parser().parse_args(operator_args(docs))
     assert worker_identities(args.worker_identity, args.worker_identity_label) == {
