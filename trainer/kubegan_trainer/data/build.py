@@ -70,7 +70,7 @@ def build_dataset(config: TrainerConfig) -> Dataset:
 def shard_plan(config: TrainerConfig) -> ShardPlan | None:
     """The shards each rank streams (data/stream.py): `spec.data.uri`, or a `spec.data.path`
     folder of .h5 files; None for every other source (loaded whole, they are small or one
-    file). A bucket holds HDF5 shower shards only (one line says so for other kinds)."""
+    file). A bucket holds HDF5 shower shards (gan3d) or image objects (the image models)."""
     data = config.data
     if data.source != DataSource.files:
         return None
@@ -80,17 +80,16 @@ def shard_plan(config: TrainerConfig) -> ShardPlan | None:
     model = config.model.name.value
     opts = settings(model, config.model.options)
     kind = data_kind(model, opts)
+    endpoint = data.endpoint or os.environ.get(ENV_AWS_ENDPOINT_URL) or None
     if kind != "showers":
-        if data.uri:
-            raise TrainerError(
-                f"spec.data.uri: {model} trains on {kind}; a bucket streams HDF5 shower "
-                "shards (gan3d) only, so put image folders on a volume (spec.data.path)"
-            )
-        return None
+        if not data.uri:  # an image folder on a volume is loaded whole
+            return None
+        from kubegan_trainer.data.stream import image_plan
+
+        return image_plan(data.uri, config.training.seed, kind, opts, endpoint)
     from kubegan_trainer.data.files import DEFAULT_ANGLE_KEY
     from kubegan_trainer.data.stream import ShardPlan
 
-    endpoint = data.endpoint or os.environ.get(ENV_AWS_ENDPOINT_URL) or None
     where = data.uri or data.path
     angle = opts.get("angleKey") or DEFAULT_ANGLE_KEY
     return ShardPlan.open(where, config.training.seed, angle, endpoint)

@@ -140,12 +140,34 @@ def _open(f: Path, field: str = DATA_FIELD) -> Image.Image:
         raise TrainerError(f"{field}: {err}") from None
     except OSError as err:
         raise TrainerError(f"{field}: {f} cannot be read ({err.strerror or err})") from None
+    return decode_image(raw, f, field)
+
+
+def decode_image(raw: bytes, name: str | Path, field: str = DATA_FIELD) -> Image.Image:
+    """The image in `raw` (a file's or an object's bytes, already bounded by the reader)."""
     try:
         im = Image.open(io.BytesIO(raw))
         im.load()
         return im
     except _IMAGE_ERRORS as err:
-        raise TrainerError(f"{field}: {f} is not a readable image ({err})") from None
+        raise TrainerError(f"{field}: {name} is not a readable image ({err})") from None
+
+
+def image_channels(im: Image.Image) -> int:
+    """1 for a grey image, else 3: what a folder's first image says when no option does."""
+    return 1 if im.mode in ("L", "1", "I;16", "I", "F") else 3
+
+
+def split_pair(
+    im: Image.Image, name: str | Path, size: int, field: str = DATA_FIELD
+) -> tuple[np.ndarray, np.ndarray]:
+    """The A and B halves of one side-by-side pix2pix image, as (C, H, W) in [0, 1]."""
+    im = im.convert("RGB")
+    w, h = im.size
+    if w < 2 or w % 2:
+        raise TrainerError(f"{field}: {name} is {w}x{h}; paired images put A|B side by side")
+    left, right = im.crop((0, 0, w // 2, h)), im.crop((w // 2, 0, w, h))
+    return pil_to_array(left, 3, size), pil_to_array(right, 3, size)
 
 
 def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dataset:
@@ -155,7 +177,7 @@ def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dat
         raise TrainerError(f"spec.data.path: {root} is not a folder of images")
     files = _image_files(root)
     if channels is None:
-        channels = 1 if _open(files[0]).mode in ("L", "1", "I;16", "I", "F") else 3
+        channels = image_channels(_open(files[0]))
     classes = sorted({f.parent.relative_to(root).as_posix() for f in files} - {"."})
     arrays: dict[str, np.ndarray] = {
         "image": np.stack([pil_to_array(_open(f), channels, size) for f in files]) * 2 - 1
@@ -182,13 +204,9 @@ def load_paired_folder(
     files = _image_files(root, field) if root.is_dir() else [root]
     a_list, b_list = [], []
     for f in files:
-        im = _open(f, field).convert("RGB")
-        w, h = im.size
-        if w < 2 or w % 2:
-            raise TrainerError(f"{field}: {f} is {w}x{h}; paired images put A|B side by side")
-        left, right = im.crop((0, 0, w // 2, h)), im.crop((w // 2, 0, w, h))
-        a_list.append(pil_to_array(left, 3, size))
-        b_list.append(pil_to_array(right, 3, size))
+        a, b = split_pair(_open(f, field), f, size, field)
+        a_list.append(a)
+        b_list.append(b)
     a, b = np.stack(a_list) * 2 - 1, np.stack(b_list) * 2 - 1
     if direction == "BtoA":
         a, b = b, a

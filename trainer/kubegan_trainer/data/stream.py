@@ -3,7 +3,9 @@ its own shards, through a bounded read-ahead buffer, so its memory does not grow
 dataset (an 8-GPU worker no longer holds eight copies of it).
 
 - Where: a bucket prefix (`s3://`, `gs://`, `az://`; objstore.py) or a folder; the shards
-  are the files under it with a suffix the `files` source reads (HDF5 showers today).
+  are the files under it with a suffix the `files` source reads: HDF5 showers (gan3d), or,
+  in a bucket, images and side-by-side pairs (one example per object, `image_plan`,
+  decoded as data/files.py decodes a folder's).
 - Which: `rank_shards` deals the shards to the global ranks after a permutation drawn from
   (seed, epoch): every shard is read by exactly one rank per epoch, the order changes every
   epoch, and the same (seed, epoch) gives the same deal, so a resumed run reads what an
@@ -16,21 +18,22 @@ dataset (an 8-GPU worker no longer holds eight copies of it).
   size. Inside a shard the events are shuffled from (seed, epoch, shard); batches run on
   across shard boundaries. Every rank takes the same number of steps per epoch (a
   collective step must not wait for a rank that ran out): the fewest events any rank can be
-  dealt, the ⌊shards/ranks⌋ smallest shards (counted from the HDF5 headers before training),
-  so no epoch deal can leave a rank short. Only events 3DGAN drops (empty showers) can; such
+  dealt, the ⌊shards/ranks⌋ smallest shards (counted from the HDF5 headers before training;
+  one per image object), so no epoch deal can leave a rank short. Only events 3DGAN drops (empty showers) can; such
   a rank wraps to its first shard. A resumed epoch re-reads its shards up to the step it
   stopped at (streamed, not kept), so it trains on exactly the batches an unbroken run does.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -42,10 +45,20 @@ from kubegan_trainer.data.files import (
     ECAL_KEY,
     ENERGY_KEYS,
     HDF5_SUFFIXES,
+    IMAGE_SUFFIXES,
+    decode_image,
+    image_channels,
+    split_pair,
 )
+from kubegan_trainer.data.imageops import pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
 from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.files import SHARD_MAX_BYTES, read_regular, require_regular
+from kubegan_trainer.files import (
+    IMAGE_MAX_BYTES,
+    SHARD_MAX_BYTES,
+    read_regular,
+    require_regular,
+)
 
 DATA_URI_FIELD = "spec.data.uri"
 DATA_PATH_FIELD = "spec.data.path"
@@ -99,10 +112,20 @@ class _RangeFile(io.RawIOBase):
 
 
 class ShardSource:
-    """The shard files under a bucket prefix or a folder: names, sizes and bytes."""
+    """The shard files under a bucket prefix or a folder: names, sizes and bytes. `suffixes`
+    pick the shards (other files are not data: skipped, as the folder loaders skip them);
+    `max_bytes` bounds every one (SHARD_MAX_BYTES unless given)."""
 
-    def __init__(self, where: str, endpoint: str | None = None) -> None:
-        self.where = where
+    def __init__(
+        self,
+        where: str,
+        endpoint: str | None = None,
+        suffixes: Iterable[str] = HDF5_SUFFIXES,
+        max_bytes: int | None = None,
+    ) -> None:
+        self.where, self.suffixes = where, frozenset(suffixes)
+        # SHARD_MAX_BYTES looked up now, not at import: tests lower it.
+        self.max_bytes = SHARD_MAX_BYTES if max_bytes is None else max_bytes
         self._store = None
         self.field = DATA_PATH_FIELD
         self._sizes: dict[str, int] = {}
@@ -125,20 +148,25 @@ class ShardSource:
                 f"{self.field}: list {self.where}",
                 lambda: {m["path"]: int(m["size"]) for b in obstore.list(store) for m in b},
             )
-        shards = sorted(n for n in found if Path(n).suffix.lower() in HDF5_SUFFIXES)
+        shards = sorted(n for n in found if Path(n).suffix.lower() in self.suffixes)
         if not shards:
-            raise TrainerError(
-                f"{self.field}: no .h5/.hdf5 shards in {self.where} (only HDF5 shower shards "
-                "are streamed; TFRecord and image shards are read from a spec.data.path folder)"
-            )
-        too_big = next((n for n in shards if found[n] > SHARD_MAX_BYTES), None)
+            raise TrainerError(f"{self.field}: {self._none_found()}")
+        too_big = next((n for n in shards if found[n] > self.max_bytes), None)
         if too_big is not None:
             raise TrainerError(
                 f"{self.field}: {too_big} is {found[too_big]} bytes, more than a shard may be "
-                f"({SHARD_MAX_BYTES} bytes; split it)"
+                f"({self.max_bytes} bytes; split it)"
             )
         self._sizes = {n: found[n] for n in shards}
         return shards
+
+    def _none_found(self) -> str:
+        if self.suffixes == HDF5_SUFFIXES:
+            return (
+                f"no .h5/.hdf5 shards in {self.where} (gan3d streams HDF5 shower shards, other "
+                "models image objects; TFRecord shards are read from a spec.data.path folder)"
+            )
+        return f"no images ({', '.join(sorted(self.suffixes))}) in {self.where}"
 
     def _object(self, name: str) -> Any:
         if self._store is None:
@@ -162,19 +190,20 @@ class ShardSource:
     def read(self, name: str) -> bytes:
         target = self._object(name)
         if isinstance(target, Path):
-            return read_regular(target, SHARD_MAX_BYTES)
+            return read_regular(target, self.max_bytes)
         import obstore
 
         store = self._store
         if self._sizes.get(name) == 0:  # S3 refuses a range of an empty object
             return b""
         # Never more than one byte past the bound, whatever the object became since listing.
+        limit = self.max_bytes
         raw = objstore.call(
             f"{self.field}: read {self.where}/{name}",
-            lambda: bytes(obstore.get_range(store, name, start=0, length=SHARD_MAX_BYTES + 1)),
+            lambda: bytes(obstore.get_range(store, name, start=0, length=limit + 1)),
         )
-        if len(raw) > SHARD_MAX_BYTES:
-            raise TrainerError(f"{self.field}: {name} grew past {SHARD_MAX_BYTES} bytes")
+        if len(raw) > limit:
+            raise TrainerError(f"{self.field}: {name} grew past {limit} bytes")
         return raw
 
     def count(self, name: str, angle_key: str) -> int:
@@ -240,6 +269,52 @@ def parse_showers(
             f"energies and {len(angle.reshape(-1))} angles"
         )
     return preprocess(ecal, energy.reshape(-1), angle.reshape(-1))
+
+
+def parse_image(
+    name: str, raw: bytes, size: int, channels: int, classes: list[str], field: str
+) -> dict:
+    """One image object, decoded, resized and scaled to [-1, 1] as the folder loader does;
+    labelled by its sub-prefix when `classes` (like ImageFolder)."""
+    im = decode_image(raw, name, field)
+    arrays = {"image": pil_to_array(im, channels, size)[None] * 2 - 1}
+    if classes:
+        label = classes.index(PurePosixPath(name).parent.as_posix())
+        arrays["label"] = np.array([label], dtype=np.int64)
+    return arrays
+
+
+def parse_pair(name: str, raw: bytes, size: int, direction: str, field: str) -> dict:
+    """One side-by-side pix2pix object, split as the paired folder loader splits it."""
+    a, b = split_pair(decode_image(raw, name, field), name, size, field)
+    if direction == "BtoA":
+        a, b = b, a
+    return {"a": a[None] * 2 - 1, "b": b[None] * 2 - 1}
+
+
+def image_plan(
+    where: str, seed: int, kind: str, options: dict[str, Any], endpoint: str | None = None
+) -> ShardPlan:
+    """Image (or paired image) objects under a prefix, one example per shard; `options` are
+    the model's (imageSize, channels, direction)."""
+    source = ShardSource(where, endpoint, IMAGE_SUFFIXES, IMAGE_MAX_BYTES)
+    names, field, size = source.names(), source.field, options["imageSize"]
+    classes: list[str] = []
+    if kind == "paired":
+        direction = options.get("direction") or "AtoB"
+        parser = functools.partial(parse_pair, size=size, direction=direction, field=field)
+    else:
+        parents = [PurePosixPath(n).parent.as_posix() for n in names]
+        if "." not in parents:  # every image in a class sub-prefix: labelled
+            classes = sorted(set(parents))
+        channels = options.get("channels") or image_channels(
+            decode_image(source.read(names[0]), names[0], field)
+        )
+        parser = functools.partial(
+            parse_image, size=size, channels=channels, classes=classes, field=field
+        )
+    counts = [1] * len(names)
+    return ShardPlan(source, names, counts, seed, kind=kind, parser=parser, classes=tuple(classes))
 
 
 class ShardStream:
@@ -313,13 +388,17 @@ def _take(pending: list[dict], size: int) -> tuple[dict[str, np.ndarray], list[d
 
 @dataclass
 class ShardPlan:
-    """A folder or bucket prefix of shower shards, streamed per rank (module docstring)."""
+    """A folder or bucket prefix of shards, streamed per rank (module docstring): HDF5
+    showers (`open`), or image objects of one example each (`image_plan`)."""
 
     source: ShardSource
     names: list[str]  # sorted
     counts: list[int]  # events per shard, from the headers
     seed: int
     angle_key: str = DEFAULT_ANGLE_KEY
+    kind: str = "showers"
+    parser: Callable[[str, bytes], dict] | None = None  # None: HDF5 showers
+    classes: tuple[str, ...] = ()  # image class sub-prefixes, when the images are labelled
 
     @classmethod
     def open(cls, where: str, seed: int, angle_key: str, endpoint: str | None = None) -> ShardPlan:
@@ -329,6 +408,8 @@ class ShardPlan:
         return cls(source, names, counts, seed, angle_key)
 
     def parse(self, name: str, raw: bytes) -> dict:
+        if self.parser is not None:
+            return self.parser(name, raw)
         return parse_showers(name, raw, self.angle_key, self.source.field)
 
     def events_per_rank(self, world: int) -> int:
@@ -343,13 +424,21 @@ class ShardPlan:
         arrays = self.parse(name, self.source.read(name))
         if _rows(arrays) == 0:
             raise TrainerError(f"{self.source.field}: {name} holds no non-empty showers")
-        return Dataset(kind="showers", arrays=arrays, info={"source": self.source.where})
+        info = {"source": self.source.where, "classes": list(self.classes)}
+        return Dataset(self.kind, arrays, num_classes=len(self.classes), info=info)
+
+    @functools.cached_property
+    def _offsets(self) -> dict[str, tuple[int, int]]:
+        """Each shard's position and its first event's index in the whole set (an image
+        prefix can hold a million one-image shards: no list search per shard)."""
+        starts = list(itertools.accumulate(self.counts, initial=0))[:-1]
+        return {n: (i, s) for i, (n, s) in enumerate(zip(self.names, starts, strict=True))}
 
     def _shuffled(self, name: str, arrays: dict, epoch: int) -> dict[str, np.ndarray]:
-        i = self.names.index(name)
+        i, start = self._offsets[name]
         perm = np.random.default_rng([self.seed, epoch, i]).permutation(_rows(arrays))
         out = {k: v[perm] for k, v in arrays.items()}
-        out["index"] = (sum(self.counts[:i]) + perm).astype(np.int64)
+        out["index"] = (start + perm).astype(np.int64)
         return out
 
     def rank_batches(

@@ -9,7 +9,8 @@ global batch across the replicas. Auto-shard policy:
 - TFRecord shards: FILE. Each worker reads its own files (the 3DGAN cloud runs read
   TFRecords from object storage this way); there must be at least as many shards as
   workers.
-- HDF5 shower shards (a folder, or `spec.data.uri`): no auto-sharding. Each worker's own
+- HDF5 shower shards (a folder, or `spec.data.uri`) and image objects (`spec.data.uri`):
+  no auto-sharding. Each worker's own
   input pipeline streams the shards dealt to it for the epoch (data/stream.py) and its
   replicas take its batches in turn (`distribute_datasets_from_function`).
 
@@ -269,17 +270,19 @@ class TfRecordSource(InputSource):
 
 
 class StreamSource(InputSource):
-    """Showers streamed per worker (data/stream.py): each worker's input pipeline reads only
+    """Shards streamed per worker (data/stream.py): each worker's input pipeline reads only
     the shards dealt to it and hands its replicas their own batches in turn
     (`distribute_datasets_from_function`), so no worker holds the data set."""
 
     def __init__(self, plan: ShardPlan, num_workers: int) -> None:
-        head = channels_last(plan.head())
+        first = plan.head()
+        head = channels_last(first)
+        key = "a" if first.kind == "paired" else "image"
         super().__init__(
-            kind="showers",
+            kind=first.kind,
             num_samples=plan.events_per_rank(num_workers) * num_workers,
-            image_shape=SHOWER_SHAPE,
-            num_classes=0,
+            image_shape=SHOWER_SHAPE if first.kind == "showers" else tuple(head[key].shape[1:]),
+            num_classes=first.num_classes,
             seed=plan.seed,
             auto_shard=tf.data.experimental.AutoShardPolicy.OFF,
             skip_in_source=True,
