@@ -439,7 +439,9 @@ CASES: tuple[CelCase, ...] = (
     CelCase(
         "spec.data.uri",
         "path and uri cannot both be set: data is read from a volume or from a bucket",
-        refused=(_spec(data={"source": "files", "path": "/data/a.h5", "uri": "gs://bucket/showers"}),),
+        refused=(
+            _spec(data={"source": "files", "path": "/data/a.h5", "uri": "gs://bucket/showers"}),
+        ),
         accepted=(_spec(data={"source": "files", "uri": "gs://bucket/showers"}),),
     ),
     CelCase(
@@ -479,13 +481,21 @@ CASES: tuple[CelCase, ...] = (
         refused=(
             _spec(
                 data={"source": "files", "uri": "s3://bucket/d", "credentialsSecret": "keys-a"},
-                checkpoint={"claimName": None, "uri": "s3://ckpts/c", "credentialsSecret": "keys-b"},
+                checkpoint={
+                    "claimName": None,
+                    "uri": "s3://ckpts/c",
+                    "credentialsSecret": "keys-b",
+                },
             ),
         ),
         accepted=(
             _spec(
                 data={"source": "files", "uri": "s3://bucket/d", "credentialsSecret": "keys-a"},
-                checkpoint={"claimName": None, "uri": "s3://ckpts/c", "credentialsSecret": "keys-a"},
+                checkpoint={
+                    "claimName": None,
+                    "uri": "s3://ckpts/c",
+                    "credentialsSecret": "keys-a",
+                },
             ),
         ),
     ),

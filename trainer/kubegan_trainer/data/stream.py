@@ -19,9 +19,10 @@ dataset (an 8-GPU worker no longer holds eight copies of it).
   across shard boundaries. Every rank takes the same number of steps per epoch (a
   collective step must not wait for a rank that ran out): the fewest events any rank can be
   dealt, the ⌊shards/ranks⌋ smallest shards (counted from the HDF5 headers before training;
-  one per image object), so no epoch deal can leave a rank short. Only events 3DGAN drops (empty showers) can; such
-  a rank wraps to its first shard. A resumed epoch re-reads its shards up to the step it
-  stopped at (streamed, not kept), so it trains on exactly the batches an unbroken run does.
+  one per image object), so no epoch deal can leave a rank short. Only events 3DGAN drops
+  (empty showers) can; such a rank wraps to its first shard. A resumed epoch re-reads its
+  shards up to the step it stopped at (streamed, not kept), so it trains on exactly the
+  batches an unbroken run does.
 """
 
 from __future__ import annotations
