@@ -336,7 +336,7 @@ nodeStatusReportFrequency: 10s
 nodeStatusUpdateFrequency: 10s
 serializeImagePulls: false
 # Every real node sees the whole machine's disk and memory; keep eviction out of the way.
-evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%", nodefs.inodesFree: "2%"}
+evictionHard: {memory.available: "100Mi", nodefs.available: "1Gi", imagefs.available: "1Gi", nodefs.inodesFree: "2%"}
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 failSwapOn: false
