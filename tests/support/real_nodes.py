@@ -241,7 +241,7 @@ def restricted_namespace(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": name, "labels": RESTRICTED},
+        "metadata": {"name": name, "labels": dict(RESTRICTED)},  # a copy: callers add labels
     }
 
 
