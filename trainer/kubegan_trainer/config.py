@@ -111,6 +111,20 @@ ENTRYPOINT_PATTERN = r"^$|^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 BUCKET_URI_PATTERN = r"^$|^(s3|gs|az)://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/[^\s]*)?$"
 ENDPOINT_PATTERN = r"^$|^https?://[^\s/]+(/[^\s]*)?$"
 
+# The constraints of the volume, bucket and Secret fields that the data and checkpoint
+# sections both have, written once so that the two cannot drift apart (the CRD's schema is
+# generated from them); each field still gives its own default and description.
+ObjectName = Annotated[str, Field(max_length=253, pattern=CLAIM_NAME_PATTERN)]
+BucketUriText = Annotated[str, Field(max_length=1024, pattern=BUCKET_URI_PATTERN)]
+S3Endpoint = Annotated[
+    str,
+    Field(
+        max_length=1024,
+        pattern=ENDPOINT_PATTERN,
+        description="An S3-compatible store's endpoint (s3:// URIs only).",
+    ),
+]
+
 
 class ModelSpec(ApiModel):
     name: ModelName = Field(description="Which GAN to train.")
@@ -206,16 +220,12 @@ class DataSpec(ApiModel):
         description="files: HDF5 file, image folder or paired-image folder. A folder of "
         ".h5 shards is streamed per rank. files needs exactly one of path or uri.",
     )
-    claim_name: str = Field(
+    claim_name: ObjectName = Field(
         default="",
-        max_length=253,
-        pattern=CLAIM_NAME_PATTERN,
         description=f"Optional PersistentVolumeClaim mounted read-only at {DATA_ROOT}.",
     )
-    uri: str = Field(
+    uri: BucketUriText = Field(
         default="",
-        max_length=1024,
-        pattern=BUCKET_URI_PATTERN,
         description=(
             "files from a bucket instead of a path: a prefix of .h5 shard objects "
             "(s3://bucket/prefix, gs://bucket/prefix or az://container/prefix), each rank "
@@ -223,16 +233,9 @@ class DataSpec(ApiModel):
             "environment, never from the spec."
         ),
     )
-    endpoint: str = Field(
+    endpoint: S3Endpoint = ""
+    credentials_secret: ObjectName = Field(
         default="",
-        max_length=1024,
-        pattern=ENDPOINT_PATTERN,
-        description="An S3-compatible store's endpoint (s3:// URIs only).",
-    )
-    credentials_secret: str = Field(
-        default="",
-        max_length=253,
-        pattern=CLAIM_NAME_PATTERN,
         description="A Secret with the bucket's credentials under the fixed keys of "
         "checkpoint.credentialsSecret; only with uri, and the same Secret if both are set.",
     )
@@ -267,32 +270,21 @@ class TrainingSpec(ApiModel):
 
 
 class CheckpointSpec(ApiModel):
-    claim_name: str = Field(
+    claim_name: ObjectName = Field(
         default="",
-        max_length=253,
-        pattern=CLAIM_NAME_PATTERN,
         description=f"PVC mounted at {CHECKPOINT_ROOT}; empty means no resume across pods.",
     )
-    uri: str = Field(
+    uri: BucketUriText = Field(
         default="",
-        max_length=1024,
-        pattern=BUCKET_URI_PATTERN,
         description=(
             "Checkpoints in a bucket instead of a claim: s3://bucket/prefix, "
             "gs://bucket/prefix or az://container/prefix. Credentials come from the pod's "
             "identity or environment, never from the spec."
         ),
     )
-    endpoint: str = Field(
+    endpoint: S3Endpoint = ""
+    credentials_secret: ObjectName = Field(
         default="",
-        max_length=1024,
-        pattern=ENDPOINT_PATTERN,
-        description="An S3-compatible store's endpoint (s3:// URIs only).",
-    )
-    credentials_secret: str = Field(
-        default="",
-        max_length=253,
-        pattern=CLAIM_NAME_PATTERN,
         description="A Secret in the job's namespace with the bucket's credentials under "
         "fixed keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY, ...; "
         "docs/api.md), for stores without workload identity. Only with uri.",
