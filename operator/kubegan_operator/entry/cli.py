@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -183,37 +183,52 @@ def _name(text: str) -> str:
 
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-
-def _default_queue(text: str) -> tuple[str, str]:
-    """NAMESPACE=LOCALQUEUE: Kueue's queue for the jobs of a namespace that name none."""
-    namespace, sep, queue = text.partition("=")
-    for what, name in (("namespace", namespace), ("LocalQueue", queue)):
-        if not sep or len(name) > 63 or not _DNS_LABEL.fullmatch(name):
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not NAMESPACE=LOCALQUEUE ({what} {name!r} is not a DNS label)"
-            )
-    return namespace, queue
-
-
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # A label key (optional DNS-subdomain prefix, a name of at most 63) and value, as Kubernetes
 # allows them; the value may be empty.
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?")
 
 
+def _is_dns_label(name: str) -> bool:
+    return len(name) <= 63 and _DNS_LABEL.fullmatch(name) is not None
+
+
+def _namespace_and_name(
+    text: str, form: str, name_problem: Callable[[str], str | None]
+) -> tuple[str, str]:
+    """A NAMESPACE=NAME option value, split. The namespace is checked here so that every
+    such option refuses the same values with the same words; `name_problem` says what is
+    wrong with NAME, if anything. `form` is the option's metavar, for the error."""
+    namespace, sep, name = text.partition("=")
+    if not sep or not _is_dns_label(namespace):
+        problem = f"namespace {namespace!r} is not a DNS label"
+    else:
+        problem = name_problem(name)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {form} ({problem})")
+    return namespace, name
+
+
+def _default_queue(text: str) -> tuple[str, str]:
+    """NAMESPACE=LOCALQUEUE: Kueue's queue for the jobs of a namespace that name none."""
+    return _namespace_and_name(
+        text,
+        "NAMESPACE=LOCALQUEUE",
+        lambda queue: None if _is_dns_label(queue) else f"LocalQueue {queue!r} is not a DNS label",
+    )
+
+
 def _worker_identity(text: str) -> tuple[str, str]:
     """NAMESPACE=SERVICEACCOUNT: who workers of a namespace's jobs naming none run as."""
-    namespace, sep, account = text.partition("=")
-    if not sep or len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not NAMESPACE=SERVICEACCOUNT (namespace {namespace!r} is not a DNS label)"
-        )
-    if len(account) > 253 or not _DNS_SUBDOMAIN.fullmatch(account):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not NAMESPACE=SERVICEACCOUNT ({account!r} is not a ServiceAccount name)"
-        )
-    return namespace, account
+    return _namespace_and_name(
+        text,
+        "NAMESPACE=SERVICEACCOUNT",
+        lambda account: (
+            None
+            if len(account) <= 253 and _DNS_SUBDOMAIN.fullmatch(account)
+            else f"{account!r} is not a ServiceAccount name"
+        ),
+    )
 
 
 def _label_key_problem(key: str) -> str | None:
@@ -229,7 +244,7 @@ def _worker_identity_label(text: str) -> tuple[str, str, str]:
     """NAMESPACE=KEY=VALUE: a label the workers running as that namespace's identity get."""
     namespace, _, rest = text.partition("=")
     key, sep, value = rest.partition("=")
-    if not sep or not _DNS_LABEL.fullmatch(namespace) or len(namespace) > 63:
+    if not sep or not _is_dns_label(namespace):
         raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE=KEY=VALUE")
     problem = _label_key_problem(key)
     if problem is None and value and not _LABEL_NAME.fullmatch(value):
