@@ -18,13 +18,13 @@ import hmac
 import os
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from kubegan_trainer.ports import reserve_port
+
+from tests.support.local_server import LocalServer
 
 VERSION = "3.37.0"
 TOOLS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kubegan" / "tools"
@@ -34,7 +34,6 @@ ACCOUNT = "devstoreaccount1"
 # Azurite's documented development key (learn.microsoft.com, "Use Azurite"): public.
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 API_VERSION = "2021-08-06"
-START_SECONDS = 60.0
 
 
 def ensure_binary() -> Path:
@@ -50,12 +49,7 @@ def ensure_binary() -> Path:
     return BINARY
 
 
-@dataclass
-class Azurite:
-    port: int
-    log_path: Path
-    proc: subprocess.Popen | None = None
-
+class Azurite(LocalServer):
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -67,39 +61,17 @@ class Azurite:
         that fills up, whose writes then fail as a full disk makes them fail."""
         binary = ensure_binary()
         server = cls(reserve_port(), Path(log_dir) / "azurite.log")
-        log = server.log_path.open("wb")
         where = ["--location", str(disk)] if disk else ["--inMemoryPersistence"]
-        server.proc = subprocess.Popen(
+        server._launch(
+            "azurite",
             [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(server.port),
              *where, "--skipApiVersionCheck"],
-            stdout=log, stderr=subprocess.STDOUT,
             preexec_fn=(lambda: _limit_file_size(disk_bytes)) if disk_bytes else None,
         )  # fmt: skip
-        log.close()
-        server._wait()
         return server
 
-    def _wait(self) -> None:
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.2)
-        self.stop()
-        raise AssertionError(f"azurite did not start: {self.log_path.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def _probe(self) -> None:
+        socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
 
     def env(self) -> dict[str, str]:
         return {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": self.endpoint}

@@ -13,10 +13,7 @@ tools and the trainer honour). `make_bucket` creates a bucket through the server
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -26,18 +23,16 @@ from pathlib import Path
 from kubegan_trainer.contract import ENV_AWS_ENDPOINT_URL
 from kubegan_trainer.ports import reserve_port
 
+from tests.support.local_server import LocalServer
+
 # moto accepts any credentials; these are the documented example pair, never a real secret.
 TEST_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 TEST_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-START_SECONDS = 60.0
 
 
 @dataclass
-class S3Server:
-    port: int
-    log_path: Path
+class S3Server(LocalServer):
     host: str = "127.0.0.1"
-    proc: subprocess.Popen | None = None
     buckets: list[str] = field(default_factory=list)
 
     @property
@@ -48,39 +43,17 @@ class S3Server:
     def start(cls, log_dir: Path, host: str = "127.0.0.1") -> S3Server:
         """moto's server on `host` and a leased free port; raises AssertionError (with its log)
         when it does not answer within START_SECONDS."""
-        server = cls(reserve_port(), Path(log_dir) / "moto.log", host)
-        log = server.log_path.open("wb")
-        server.proc = subprocess.Popen(
+        server = cls(reserve_port(), Path(log_dir) / "moto.log", host=host)
+        server._launch(
+            "moto",
             [sys.executable, "-m", "moto.server", "-H", server.host, "-p", str(server.port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        log.close()
-        server._wait()
         return server
 
-    def _wait(self) -> None:
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                break
-            try:
-                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
-                return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.2)
-        self.stop()
-        raise AssertionError(f"moto did not start: {self.log_path.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def _probe(self) -> None:
+        # URLError, what urlopen raises while nothing listens, is an OSError.
+        urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
 
     def env(self) -> dict[str, str]:
         """What a client needs to reach this server, as environment variables."""
