@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from kubegan_trainer.checkpoint import CheckpointStore
 from kubegan_trainer.progress import read_progress
 
 from tests.trainer.util import REPO
+from tests.trainer.workers import start_kubegan_run
 
 JOB = {
     "apiVersion": "kubegan.io/v1alpha1",
@@ -37,14 +37,7 @@ JOB = {
 
 
 def _start(job: Path, out: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    return start_kubegan_run(job, out, {"PYTHONPATH": str(REPO)})
 
 
 @pytest.mark.timeout(300)

@@ -23,6 +23,7 @@ from kubegan_trainer.resume_config import HISTORY_FILE, record_config
 from kubegan_trainer.rundir import claim_run_dir
 
 from tests.trainer.util import REPO, config, tiny_digits
+from tests.trainer.workers import start_kubegan_run
 
 METRICS_PORT = 19671
 JOB = {
@@ -162,13 +163,7 @@ def _listening_addresses(port: int) -> set[str]:
 
 
 def _launch(job: Path, out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
-    )
+    return start_kubegan_run(job, out, {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG")

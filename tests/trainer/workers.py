@@ -61,3 +61,16 @@ def launch_workers(
             if p.poll() is None:
                 p.kill()
     return [p.returncode for p in procs], logs
+
+
+def start_kubegan_run(job: Path, out: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`kubegan run JOB --output OUT` as its own process, so that a test can signal it or
+    kill it; its stdout and stderr together in one text pipe. `env` is laid over this
+    process's environment."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env},
+    )

@@ -5,10 +5,8 @@ resumes, metrics/samples/summary are written."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from kubegan_trainer.contract import ENV_TF_LOGICAL_CPUS
 from kubegan_trainer.progress import read_progress
 
 from tests.trainer.tf.tfutil import REPO
+from tests.trainer.workers import start_kubegan_run
 
 JOB = {
     "apiVersion": "kubegan.io/v1alpha1",
@@ -37,18 +36,11 @@ JOB = {
 
 def _start(job: Path, out: Path) -> subprocess.Popen[str]:
     env = {
-        **os.environ,
         "PYTHONPATH": str(REPO / "trainer"),
         "TF_CPP_MIN_LOG_LEVEL": "2",
         ENV_TF_LOGICAL_CPUS: "",
     }
-    return subprocess.Popen(
-        [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job), "--output", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    return start_kubegan_run(job, out, env)
 
 
 @pytest.mark.timeout(420)
