@@ -52,6 +52,22 @@ def test_shower_distances_separate_physics_from_its_distortions() -> None:
     assert moved["longitudinal_distance"] > 0.2 > moved["transverse_distance"]
 
 
+def test_primaries_of_no_energy_leave_the_sampling_fraction_to_the_others() -> None:
+    """A data set's zero (or NaN) energies have no sampling fraction: the score comes from
+    the other events, and is NaN (dropped from the summary) without any, never a warning."""
+    a = synthetic_showers(16, seed=1)
+    e, image = a.arrays["energy"] * ENERGY_SCALE, a.arrays["image"]
+    hot = image * 1.3**0.85
+    spoilt = e.copy()
+    spoilt[:4] = [0.0, -1.0, np.nan, np.inf]
+    with np.errstate(all="raise"):  # any division by zero or NaN arithmetic fails here
+        got = shower_distances(image, hot, spoilt)
+        assert abs(got["sampling_fraction_error"] - 0.3) < 1e-6
+        none = shower_distances(image, hot, np.zeros_like(e))
+    assert np.isnan(none["sampling_fraction_error"])
+    assert none["longitudinal_distance"] < 1e-9
+
+
 def test_classifier_scores_real_digits_high_and_noise_low() -> None:
     real = load_digits_dataset(8)
     images, labels = real.arrays["image"], real.arrays["label"]

@@ -166,17 +166,21 @@ def shower_distances(
 ) -> dict[str, float]:
     """The 3DGAN physics checks on (N, 1, 51, 51, 25) power-scaled showers."""
     r, f = _raw(real), _raw(fake)
-    sf_r = r.sum((1, 2, 3)) / energy_gev
-    sf_f = f.sum((1, 2, 3)) / energy_gev
-    edges = np.quantile(energy_gev, np.linspace(0, 1, bins + 1))
-    which = np.clip(np.searchsorted(edges, energy_gev, side="right") - 1, 0, bins - 1)
+    # A primary of no (or no finite) energy has no sampling fraction: a data set's zeros
+    # must not turn the score into a division warning and NaN.
+    has = np.isfinite(energy_gev) & (energy_gev > 0)
+    energy = energy_gev[has]
+    sf_r = r[has].sum((1, 2, 3)) / energy
+    sf_f = f[has].sum((1, 2, 3)) / energy
+    edges = np.quantile(energy, np.linspace(0, 1, bins + 1)) if energy.size else np.zeros(1)
+    which = np.clip(np.searchsorted(edges, energy, side="right") - 1, 0, bins - 1)
     errors = [
         abs(sf_f[which == i].mean() - sf_r[which == i].mean()) / max(sf_r[which == i].mean(), 1e-12)
         for i in range(bins)
         if (which == i).any()
     ]
     return {
-        "sampling_fraction_error": float(np.mean(errors)),
+        "sampling_fraction_error": float(np.mean(errors)) if errors else float("nan"),
         "longitudinal_distance": _tv(r.sum((1, 2)).mean(0), f.sum((1, 2)).mean(0)),
         "transverse_distance": _tv(r.sum((1, 3)).mean(0), f.sum((1, 3)).mean(0)),
     }
