@@ -26,7 +26,6 @@ import pytest
 from kubegan_trainer.contract import (
     ATTEMPT_LABEL,
     GANG_GATE,
-    JOB_NAME_LABEL,
     KUEUE_ADMISSION_GATE,
     KUEUE_FINALIZER,
     KUEUE_POD_GROUP_LABEL,
@@ -34,7 +33,7 @@ from kubegan_trainer.contract import (
     KUEUE_QUEUE_LABEL,
 )
 
-from tests.support.control_plane import PrivateCluster, private_control_plane
+from tests.support.control_plane import OperatedCluster, private_control_plane
 from tests.support.kube import FIXTURES, ROOT, Operator, load_example, wait_for
 from tests.support.kueue import (
     cluster_queue,
@@ -56,10 +55,7 @@ COMPLETE_LABEL = "pod-complete.stage.kwok.x-k8s.io=true"
 
 
 @dataclass
-class Queued:
-    cluster: PrivateCluster
-    operator: Operator
-
+class Queued(OperatedCluster):
     def namespace(self, ns: str = "") -> str:
         """A namespace Kueue manages, with LocalQueue QUEUE (a new name unless given)."""
         ns = ns or f"t-{uuid.uuid4().hex[:8]}"
@@ -70,13 +66,6 @@ class Queued:
             timeout=60,
         )
         return ns
-
-    def status(self, ns: str, name: str) -> dict[str, Any]:
-        return (self.cluster.get("gantrainingjob", name, ns) or {}).get("status") or {}
-
-    def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
-        pods = self.cluster.get("pods", namespace=ns, selector=f"{JOB_NAME_LABEL}={name}")
-        return sorted(pods, key=lambda p: p["metadata"]["name"])
 
     def live(self, ns: str, name: str) -> list[dict[str, Any]]:
         return [p for p in self.pods(ns, name) if not p["metadata"].get("deletionTimestamp")]
@@ -159,14 +148,9 @@ def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queued]:
             workload_priority_class("low", 100),
             workload_priority_class("high", 1000),
         )
-        operator = Operator(
-            work, f"--default-queue={DEFAULTED}={QUEUE}", kubeconfig=cluster.kubeconfig
-        )
-        operator.start()
-        try:
+        default_queue = f"--default-queue={DEFAULTED}={QUEUE}"
+        with Operator(work, default_queue, kubeconfig=cluster.kubeconfig) as operator:
             yield Queued(cluster, operator)
-        finally:
-            operator.stop()
 
 
 def assert_held_by_kueue(q: Queued, ns: str, name: str) -> None:

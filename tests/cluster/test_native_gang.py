@@ -31,7 +31,7 @@ import pytest
 from kubegan_trainer.contract import GANG_GATE, JOB_NAME_LABEL
 from kubegan_trainer.ports import reserve_ports
 
-from tests.support.control_plane import PrivateCluster, private_control_plane
+from tests.support.control_plane import OperatedCluster, PrivateCluster, private_control_plane
 from tests.support.kube import FIXTURES, ROOT, Operator, load_example, wait_for
 
 pytestmark = pytest.mark.timeout(900)
@@ -41,22 +41,12 @@ NODES = FIXTURES / "nodes-gke-v100-spot.yaml"
 
 
 @dataclass
-class Native:
-    cluster: PrivateCluster
-    operator: Operator
-
+class Native(OperatedCluster):
     def namespace(self) -> str:
         ns = f"t-{uuid.uuid4().hex[:8]}"
         self.cluster.kubectl("create", "namespace", ns)
         wait_for("the default service account", lambda: self.cluster.get("sa", "default", ns))
         return ns
-
-    def status(self, ns: str, name: str) -> dict[str, Any]:
-        return (self.cluster.get("gantrainingjob", name, ns) or {}).get("status") or {}
-
-    def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
-        pods = self.cluster.get("pods", namespace=ns, selector=f"{JOB_NAME_LABEL}={name}")
-        return sorted(pods, key=lambda p: p["metadata"]["name"])
 
     def describe(self, ns: str, name: str) -> str:
         st = self.status(ns, name)
@@ -85,12 +75,8 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Native]:
         cluster.kubectl("apply", "-f", str(ROOT / "crds" / "gantrainingjobs.kubegan.io.yaml"))
         cluster.wait_established("gantrainingjobs.kubegan.io")
         cluster.kubectl("apply", "-f", str(NODES))
-        operator = Operator(work, "--gang", "native", kubeconfig=cluster.kubeconfig)
-        operator.start()
-        try:
+        with Operator(work, "--gang", "native", kubeconfig=cluster.kubeconfig) as operator:
             yield Native(cluster, operator)
-        finally:
-            operator.stop()
 
 
 def gang_job(name: str, ns: str, gpus: int) -> dict[str, Any]:

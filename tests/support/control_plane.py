@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubegan_trainer.contract import JOB_NAME_LABEL
 from kubegan_trainer.ports import reserve_ports
+
+from tests.support.kube import Operator
 
 ROOT = Path(__file__).resolve().parents[2]
 HACK = ROOT / "hack"
@@ -163,6 +166,23 @@ class PrivateCluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         data = json.loads(result.stdout)
         return data if name else data["items"]
+
+
+@dataclass
+class OperatedCluster:
+    """A private control plane with an operator of its own, and the reads of a job that the
+    tests of such a cluster (native gang, Kueue) all make."""
+
+    cluster: PrivateCluster
+    operator: Operator
+
+    def status(self, ns: str, name: str) -> dict[str, Any]:
+        return (self.cluster.get("gantrainingjob", name, ns) or {}).get("status") or {}
+
+    def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        """The job's pods, in name order."""
+        pods = self.cluster.get("pods", namespace=ns, selector=f"{JOB_NAME_LABEL}={name}")
+        return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
 @contextmanager
