@@ -144,8 +144,8 @@ def test_faults_are_one_line(s3: S3Server, tmp_path: Path, monkeypatch: pytest.M
     )
     empty = f"s3://{s3.make_bucket()}/nothing"
     assert _refusal(empty) == (
-        f"spec.data.uri: no .h5/.hdf5 shards in {empty} (gan3d streams HDF5 shower shards, "
-        "other models image objects; TFRecord shards are read from a spec.data.path folder)"
+        f"spec.data.uri: no .h5/.hdf5 or .tfrecord shards in {empty} (gan3d streams HDF5 or "
+        "TFRecord shower shards, other models image objects)"
     )
     write_shards(tmp_path / "data", 2, 2)
     (tmp_path / "data" / "part-002.h5").write_bytes(b"this is not an HDF5 file")

@@ -218,7 +218,7 @@ class DataSpec(ApiModel):
     path: str = Field(
         default="",
         description="files: HDF5 file, image folder or paired-image folder. A folder of "
-        ".h5 shards is streamed per rank. files needs exactly one of path or uri.",
+        ".h5 or .tfrecord shards is streamed per rank. files needs exactly one of path or uri.",
     )
     claim_name: ObjectName = Field(
         default="",
@@ -227,9 +227,10 @@ class DataSpec(ApiModel):
     uri: BucketUriText = Field(
         default="",
         description=(
-            "files from a bucket instead of a path: a prefix of .h5 shard objects "
-            "(s3://bucket/prefix, gs://bucket/prefix or az://container/prefix), each rank "
-            "streaming its own shards. Credentials come from the pod's identity or "
+            "files from a bucket instead of a path: a prefix of .h5 or .tfrecord shard "
+            "objects, or of image objects for the image models (s3://bucket/prefix, "
+            "gs://bucket/prefix or az://container/prefix), each rank streaming its own "
+            "shards. Credentials come from the pod's identity or "
             "environment, never from the spec."
         ),
     )

@@ -69,13 +69,15 @@ def build_dataset(config: TrainerConfig) -> Dataset:
 
 def shard_plan(config: TrainerConfig) -> ShardPlan | None:
     """The shards each rank streams (data/stream.py): `spec.data.uri`, or a `spec.data.path`
-    folder of .h5 files; None for every other source (loaded whole, they are small or one
-    file). A bucket holds HDF5 shower shards (gan3d) or image objects (the image models)."""
+    folder of .h5 or .tfrecord files; None for every other source (loaded whole, they are
+    small or one file). A bucket holds HDF5 or TFRecord shower shards (gan3d) or image
+    objects (the image models). TensorFlow reads a folder of TFRecords itself (its entry
+    asks before this)."""
     data = config.data
     if data.source != DataSource.files:
         return None
     folder = bool(data.path) and Path(data.path).is_dir()
-    if not data.uri and not (folder and _has_hdf5(Path(data.path))):
+    if not data.uri and not (folder and _has_shards(Path(data.path))):
         return None
     model = config.model.name.value
     opts = settings(model, config.model.options)
@@ -95,10 +97,10 @@ def shard_plan(config: TrainerConfig) -> ShardPlan | None:
     return ShardPlan.open(where, config.training.seed, angle, endpoint)
 
 
-def _has_hdf5(folder: Path) -> bool:
-    from kubegan_trainer.data.files import HDF5_SUFFIXES
+def _has_shards(folder: Path) -> bool:
+    from kubegan_trainer.data.stream import SHOWER_SUFFIXES
 
-    return any(p.suffix.lower() in HDF5_SUFFIXES for p in folder.iterdir())
+    return any(p.suffix.lower() in SHOWER_SUFFIXES for p in folder.iterdir())
 
 
 def held_out_pairs(config: TrainerConfig) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import io
 import itertools
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -53,16 +54,26 @@ from kubegan_trainer.data.files import (
 )
 from kubegan_trainer.data.imageops import pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
+from kubegan_trainer.data.tfrecord import (
+    SHARD_INDEX,
+    TFRECORD_SUFFIXES,
+    count_records,
+    index_counts,
+)
+from kubegan_trainer.data.tfrecord import parse_showers as parse_tfrecord_showers
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import (
     IMAGE_MAX_BYTES,
+    MANIFEST_MAX_BYTES,
     SHARD_MAX_BYTES,
     read_regular,
     require_regular,
 )
 
+log = logging.getLogger("kubegan_trainer")
 DATA_URI_FIELD = "spec.data.uri"
 DATA_PATH_FIELD = "spec.data.path"
+SHOWER_SUFFIXES = (*HDF5_SUFFIXES, *TFRECORD_SUFFIXES)
 READ_AHEAD = 2
 HEADER_BUFFER = 256 * 1024  # one ranged read holds an HDF5 file's header, usually
 _DONE = object()
@@ -121,7 +132,7 @@ class ShardSource:
         self,
         where: str,
         endpoint: str | None = None,
-        suffixes: Iterable[str] = HDF5_SUFFIXES,
+        suffixes: Iterable[str] = SHOWER_SUFFIXES,
         max_bytes: int | None = None,
     ) -> None:
         self.where, self.suffixes = where, frozenset(suffixes)
@@ -129,7 +140,8 @@ class ShardSource:
         self.max_bytes = SHARD_MAX_BYTES if max_bytes is None else max_bytes
         self._store = None
         self.field = DATA_PATH_FIELD
-        self._sizes: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}  # the shards'
+        self._listed: dict[str, int] = {}  # every name under `where` (sizes: bucket only)
         if "://" in where:
             self.field = DATA_URI_FIELD
             uri = objstore.parse_uri(where, DATA_URI_FIELD)
@@ -158,14 +170,14 @@ class ShardSource:
                 f"{self.field}: {too_big} is {found[too_big]} bytes, more than a shard may be "
                 f"({self.max_bytes} bytes; split it)"
             )
-        self._sizes = {n: found[n] for n in shards}
+        self._sizes, self._listed = {n: found[n] for n in shards}, found
         return shards
 
     def _none_found(self) -> str:
-        if self.suffixes == HDF5_SUFFIXES:
+        if self.suffixes == frozenset(SHOWER_SUFFIXES):
             return (
-                f"no .h5/.hdf5 shards in {self.where} (gan3d streams HDF5 shower shards, other "
-                "models image objects; TFRecord shards are read from a spec.data.path folder)"
+                f"no .h5/.hdf5 or .tfrecord shards in {self.where} (gan3d streams HDF5 or "
+                "TFRecord shower shards, other models image objects)"
             )
         return f"no images ({', '.join(sorted(self.suffixes))}) in {self.where}"
 
@@ -188,17 +200,19 @@ class ShardSource:
 
         return io.BufferedReader(_RangeFile(call, self._sizes[name]), HEADER_BUFFER)
 
-    def read(self, name: str) -> bytes:
-        target = self._object(name)
-        if isinstance(target, Path):
-            return read_regular(target, self.max_bytes)
+    def read(self, name: str, max_bytes: int | None = None) -> bytes:
+        """A shard's bytes (or, with `max_bytes`, a small listed object's such as an index)."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        if self._store is None:
+            path = Path(self.where) / name
+            require_regular(path, self.field)
+            return read_regular(path, limit)
         import obstore
 
         store = self._store
-        if self._sizes.get(name) == 0:  # S3 refuses a range of an empty object
+        if self._listed.get(name) == 0:  # S3 refuses a range of an empty object
             return b""
         # Never more than one byte past the bound, whatever the object became since listing.
-        limit = self.max_bytes
         raw = objstore.call(
             f"{self.field}: read {self.where}/{name}",
             lambda: bytes(obstore.get_range(store, name, start=0, length=limit + 1)),
@@ -206,6 +220,25 @@ class ShardSource:
         if len(raw) > limit:
             raise TrainerError(f"{self.field}: {name} grew past {limit} bytes")
         return raw
+
+    def index(self) -> dict[str, int]:
+        """Records per TFRecord shard from the prefix's index object, when it has one."""
+        if SHARD_INDEX not in self._listed:
+            return {}
+        try:
+            return index_counts(self.read(SHARD_INDEX, MANIFEST_MAX_BYTES))
+        except TrainerError:  # too big or not a regular file: counted from the shards
+            return {}
+
+    def count_records(self, name: str) -> int:
+        """Records in TFRecord shard `name`: its headers walked (a bucket's object read once)."""
+        if self._store is None:
+            path = Path(self.where) / name
+            require_regular(path, self.field)
+            with path.open("rb") as f:
+                return count_records(f, path.stat().st_size, name, self.field)
+        raw = self.read(name)
+        return count_records(io.BytesIO(raw), len(raw), name, self.field)
 
     def count(self, name: str, angle_key: str) -> int:
         """Events in shard `name`, from its HDF5 header (its keys checked as parse does)."""
@@ -403,10 +436,30 @@ class ShardPlan:
 
     @classmethod
     def open(cls, where: str, seed: int, angle_key: str, endpoint: str | None = None) -> ShardPlan:
+        """The shower shards under `where`: HDF5 or TFRecord, one format per prefix."""
         source = ShardSource(where, endpoint)
         names = source.names()
-        counts = [source.count(n, angle_key) for n in names]
-        return cls(source, names, counts, seed, angle_key)
+        tfrecords = [n for n in names if Path(n).suffix.lower() in TFRECORD_SUFFIXES]
+        if not tfrecords:
+            counts = [source.count(n, angle_key) for n in names]
+            return cls(source, names, counts, seed, angle_key)
+        if len(tfrecords) != len(names):
+            raise TrainerError(
+                f"{source.field}: {where} holds both HDF5 and TFRecord shards; keep one "
+                "format per prefix"
+            )
+        known = source.index()
+        if any(n not in known for n in names):
+            log.info(
+                "%s: counting the records of %d TFRecord shard(s) (no %s index names them all)",
+                source.field,
+                len(names),
+                SHARD_INDEX,
+            )
+        counts = [known[n] if n in known else source.count_records(n) for n in names]
+        expected = {n: known[n] for n in names if n in known}
+        parser = functools.partial(parse_tfrecord_showers, field=source.field, expected=expected)
+        return cls(source, names, counts, seed, angle_key, parser=parser)
 
     def parse(self, name: str, raw: bytes) -> dict:
         if self.parser is not None:

@@ -6,10 +6,10 @@ global batch across the replicas. Auto-shard policy:
 
 - in-memory sources (digits, synthetic, HDF5): DATA. Every worker produces the same
   global batch and keeps its replicas' part, so the split does not depend on files.
-- TFRecord shards: FILE. Each worker reads its own files (the 3DGAN cloud runs read
-  TFRecords from object storage this way); there must be at least as many shards as
-  workers.
-- HDF5 shower shards (a folder, or `spec.data.uri`) and image objects (`spec.data.uri`):
+- A folder of TFRecord shards: FILE. Each worker reads its own files with TensorFlow's
+  reader; there must be at least as many shards as workers.
+- HDF5 shower shards (a folder, or `spec.data.uri`), TFRecord shards in a bucket
+  (`spec.data.uri`, read by data/tfrecord.py) and image objects (`spec.data.uri`):
   no auto-sharding. Each worker's own
   input pipeline streams the shards dealt to it for the epoch (data/stream.py) and its
   replicas take its batches in turn (`distribute_datasets_from_function`).
@@ -34,11 +34,10 @@ import tensorflow as tf
 
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.data.stream import ShardPlan
+from kubegan_trainer.data.tfrecord import SHARD_INDEX, TFRECORD_SUFFIXES, index_counts
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import MANIFEST_MAX_BYTES, read_regular, require_regular
 
-TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords")
-SHARD_INDEX = "kubegan-shards.json"
 SHOWER_SHAPE = (51, 51, 25, 1)
 
 
@@ -169,17 +168,9 @@ def shard_index_counts(index: Path) -> dict[str, int]:
     """Records per shard from the shards' index file; {} when there is none or it is not
     the shape write_shower_shards writes (the shards are then counted by reading them)."""
     try:
-        raw = json.loads(read_regular(index, MANIFEST_MAX_BYTES))
-    except (OSError, ValueError, RecursionError, TrainerError):
+        return index_counts(read_regular(index, MANIFEST_MAX_BYTES))
+    except (OSError, TrainerError):
         return {}
-    files = raw.get("files") if isinstance(raw, dict) else None
-    if not isinstance(files, dict):
-        return {}
-    return {
-        name: count
-        for name, count in files.items()
-        if type(count) is int and count >= 0  # not bool, not float
-    }
 
 
 def tfrecord_files(path: Path) -> list[Path]:

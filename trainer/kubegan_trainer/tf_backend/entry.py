@@ -36,13 +36,15 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
     if mode == MixedPrecision.fp16 and info.device_type == "TPU":
         raise TrainerError("spec.training.mixedPrecision: TPUs compute in bf16; use bf16, not fp16")
     set_policy(mode)
-    shards = shard_plan(config)  # streamed per worker; else loaded whole or TFRecord
-    if shards is not None:
-        source = StreamSource(shards, info.num_workers)
-    elif config.data.source == DataSource.files and is_tfrecord_path(config.data.path):
+    data = config.data
+    # A folder of TFRecords: TensorFlow's own reader, FILE-sharded. Else streamed per worker
+    # (a bucket, a folder of HDF5 shards) or loaded whole.
+    if data.source == DataSource.files and not data.uri and is_tfrecord_path(data.path):
         if config.model.name not in (ModelName.gan3d, ModelName.custom):
             raise TrainerError("spec.data.path: TFRecord shards hold showers; use model gan3d")
-        source = make_source(Path(config.data.path), config.training.seed, info.num_workers)
+        source = make_source(Path(data.path), config.training.seed, info.num_workers)
+    elif (shards := shard_plan(config)) is not None:
+        source = StreamSource(shards, info.num_workers)
     else:
         from kubegan_trainer.data import build_dataset
 
