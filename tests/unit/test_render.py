@@ -329,6 +329,18 @@ def test_cli_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert [d["kind"] for d in docs] == ["Service", "ConfigMap"] + ["Pod"] * 4
     for d in docs:
         kubernetes_validate.validate(d, K8S_SCHEMA_VERSION, strict=True)
+    assert all(d["spec"]["schedulingGates"] for d in docs[2:])  # --gang gates, the default
+    # --gang native: the attempt's PodGroup first, every worker its member and ungated
+    job = str(EXAMPLES / "gan3d-gke-v100-spot.yaml")
+    assert main(["render", "--nodes", str(nodes), "--gang", "native", job]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["Service", "ConfigMap", "PodGroup"] + ["Pod"] * 4
+    group = docs[2]
+    assert group["apiVersion"] == "scheduling.k8s.io/v1alpha2"
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    for pod in docs[3:]:
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": group["metadata"]["name"]}
+        assert "schedulingGates" not in pod["spec"]
     # gpus without nodes cannot choose a shape: one line, non-zero
     assert main(["render", str(EXAMPLES / "gan3d-gke-v100-spot.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -58,12 +58,7 @@ from kubegan_operator.foundation.podstate import (
 )
 from kubegan_operator.foundation.progress import ProgressUpdate
 from kubegan_operator.foundation.timeutil import now_iso, parse_time
-from kubegan_operator.placement.gang import (
-    GangMode,
-    join_pod_group,
-    pod_group_of,
-    render_pod_group,
-)
+from kubegan_operator.placement.gang import GangMode, held_natively, pod_group_of
 from kubegan_operator.placement.planner import Plan
 from kubegan_operator.placement.render import render_config_map, render_pod, render_service
 
@@ -617,9 +612,7 @@ def _render_workers(c: Context, plan: Plan, indices: Iterable[int]) -> list[dict
     pods = [render_pod(c.job, plan, i, uid=c.uid, attempt=c.st.attempt) for i in indices]
     if not _native(c, plan):
         return pods
-    group = render_pod_group(c.job, plan.workers, c.uid, c.st.attempt)
-    name = group["metadata"]["name"]
-    return [group, *(join_pod_group(p, name) for p in pods)]
+    return held_natively(c.job, pods, plan.workers, c.uid, c.st.attempt)
 
 
 def where(plan: Plan) -> str:

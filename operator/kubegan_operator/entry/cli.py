@@ -24,6 +24,7 @@ from kubegan_operator.api.loading import InputError, load_job, load_objects, loa
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.api.spec import GANTrainingJob
 from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.placement.gang import GangMode, held_natively
 from kubegan_operator.placement.localplan import local_plan
 from kubegan_operator.placement.planner import Plan, plan, static_plan
 
@@ -110,6 +111,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"kubegan render: {result.reason}", file=sys.stderr)
         return EXIT_INFEASIBLE if args.nodes else EXIT_BAD_INPUT
     manifests = render_all(job, result)  # type: ignore[arg-type]
+    if args.gang == GangMode.native and result.workers > 1:  # a gang of one needs no holding
+        shared, pods = manifests[:2], manifests[2:]
+        manifests = [*shared, *held_natively(job, pods, result.workers)]  # type: ignore[arg-type]
     sys.stdout.write(yaml.dump_all(manifests, Dumper=_ManifestDumper, sort_keys=False, width=100))
     return 0
 
@@ -311,6 +315,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="price table {source, asOf, accelerators: {NAME: {onDemand, spot}}, "
             "cpu: {onDemand, spot}, memory: {onDemand, spot}} (USD per unit-hour)",
         )
+        if name == "render":
+            p.add_argument(
+                "--gang",
+                choices=[m.value for m in GangMode],
+                default=GangMode.gates.value,
+                help="render the gang as the operator's --gang holds it: gated workers "
+                "(gates) or a PodGroup and its members (native)",
+            )
         p.set_defaults(func=func)
 
     p = sub.add_parser(

@@ -71,6 +71,20 @@ def join_pod_group(pod: Mapping[str, Any], group: str) -> dict[str, Any]:
     return {**pod, "spec": spec}
 
 
+def held_natively(
+    job: GANTrainingJob,
+    pods: list[dict[str, Any]],
+    workers: int,
+    uid: str | None = None,
+    attempt: int = 0,
+) -> list[dict[str, Any]]:
+    """Workers `pods` of a gang of `workers` as members of the attempt's PodGroup, which
+    comes first in the list (what the operator creates with `--gang native`)."""
+    group = render_pod_group(job, workers, uid, attempt)
+    name = group["metadata"]["name"]
+    return [group, *(join_pod_group(p, name) for p in pods)]
+
+
 def pod_group_of(pod: Mapping[str, Any]) -> str | None:
     """The PodGroup a worker joined, if it joined one."""
     group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
