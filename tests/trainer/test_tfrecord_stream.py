@@ -167,7 +167,7 @@ def test_a_spoilt_shard_is_one_line(tmp_path: Path, spoil, says: str) -> None:  
 
 
 def test_records_that_are_not_showers_are_one_line(tmp_path: Path) -> None:
-    write_tfrecords(tmp_path, 2, 2, index=False)
+    write_tfrecords(tmp_path, 2, 2)  # indexed: the shards are not counted before reading
     rng = np.random.default_rng(1)
     good = shower(rng, 50.0)
     cases = {
@@ -214,6 +214,18 @@ def test_a_prefix_holding_both_formats_is_refused(tmp_path: Path) -> None:
     assert str(err.value) == (
         f"spec.data.path: {tmp_path} holds both HDF5 and TFRecord shards; keep one format "
         "per prefix"
+    )
+
+
+def test_a_shard_of_empty_records_is_refused_at_its_first_record(tmp_path: Path) -> None:
+    """Counting walks headers only: a shard of many tiny records must not be walked whole
+    before the first of them fails (4 GiB of empty records are 268 million headers)."""
+    (tmp_path / "part-000.tfrecord").write_bytes(frame(b"") * 1000)
+    with pytest.raises(TrainerError) as err:
+        ShardPlan.open(str(tmp_path), seed=7, angle_key="theta")
+    assert str(err.value) == (
+        f"spec.data.path: part-000.tfrecord: the record at byte 0 holds 0 bytes, too few for "
+        f"one ({4 * CELLS} at least)"
     )
 
 

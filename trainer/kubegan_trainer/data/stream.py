@@ -56,6 +56,7 @@ from kubegan_trainer.data.imageops import pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
 from kubegan_trainer.data.tfrecord import (
     SHARD_INDEX,
+    SHOWER_RECORD_MIN,
     TFRECORD_SUFFIXES,
     count_records,
     index_counts,
@@ -236,9 +237,9 @@ class ShardSource:
             path = Path(self.where) / name
             require_regular(path, self.field)
             with path.open("rb") as f:
-                return count_records(f, path.stat().st_size, name, self.field)
+                return count_records(f, path.stat().st_size, name, self.field, SHOWER_RECORD_MIN)
         raw = self.read(name)
-        return count_records(io.BytesIO(raw), len(raw), name, self.field)
+        return count_records(io.BytesIO(raw), len(raw), name, self.field, SHOWER_RECORD_MIN)
 
     def count(self, name: str, angle_key: str) -> int:
         """Events in shard `name`, from its HDF5 header (its keys checked as parse does)."""

@@ -33,6 +33,7 @@ from kubegan_trainer.errors import TrainerError
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords")
 SHARD_INDEX = "kubegan-shards.json"
 SHOWER_FLOATS = {"image": int(np.prod(SHAPE)), "energy": 1, "angle": 1, "ecal": 1}
+SHOWER_RECORD_MIN = 4 * SHOWER_FLOATS["image"]  # the image's floats alone
 _HEADER = 12  # length (8) + its checksum (4)
 _FOOTER = 4
 _MASK_DELTA = 0xA282EAD8
@@ -92,16 +93,24 @@ def records(raw: bytes, name: str, field: str) -> Iterator[bytes]:
         at = end + _FOOTER
 
 
-def count_records(f: BinaryIO, size: int, name: str, field: str) -> int:
+def count_records(f: BinaryIO, size: int, name: str, field: str, min_length: int = 0) -> int:
     """Records in a TFRecord file of `size` bytes, from their headers alone (seeking past
-    the data): what a shard holds without reading it."""
+    the data): what a shard holds without reading it. A record under `min_length` bytes is
+    refused here: a shard of millions of empty records would otherwise take minutes to
+    count before its first record failed to parse."""
     count, at = 0, 0
     while at < size:
         f.seek(at)
         header = f.read(_HEADER)
         if len(header) < _HEADER:
             raise _truncated(name, at, field)
-        end = at + _HEADER + _record_length(header, at, name, field) + _FOOTER
+        length = _record_length(header, at, name, field)
+        if length < min_length:
+            raise TrainerError(
+                f"{field}: {name}: the record at byte {at} holds {length} bytes, too few "
+                f"for one ({min_length} at least)"
+            )
+        end = at + _HEADER + length + _FOOTER
         if end > size:
             raise _truncated(name, at, field)
         count, at = count + 1, end
