@@ -30,6 +30,9 @@
 #   KUBEGAN_BUILDKIT_MAX_USED  buildkit's cache cap (default 40GB; its GC keeps at least 25GB,
 #                              about what the three images' layers take)
 #   KUBEGAN_KEEP_UV_CACHE=1    keep uv's download cache mount (pruned after each run otherwise)
+#   KUBEGAN_BUILD_MIN_FREE_GB  when the Dockerfile, requirements or base changed since the last
+#                              build and less than this is free (default 30), buildkit's cache
+#                              is pruned before building (new pins add ~20 GB of layers)
 #   KUBEGAN_NICE               niceness of buildkitd and its builds (default 10)
 #   KUBEGAN_IMAGE_PUSH=1       push each image to the registry KUBEGAN_IMAGE_REPO names
 #                              (credentials from $DOCKER_CONFIG/config.json, as `docker login`
@@ -164,6 +167,21 @@ done
 "$BUILDCTL" --addr "unix://$SOCK" debug workers >/dev/null 2>&1 || die "buildkitd did not answer on $SOCK in 30 s (log: $BK_LOG)"
 log "buildkitd $bk_pid up (root $BK_DIR/root, log $BK_LOG)"
 
+# New pins rebuild the dependency layers (about 20 GB with torch's CUDA wheels and uv's cache
+# mount) while the old ones stay cached: buildkit's GC runs between builds, not during one.
+# On a shared disk with less than that free, such a build filled it (2026-11-25, disk at 0
+# bytes mid-build). So when the layers' inputs changed since the last build and the disk is
+# tight, the stale cache goes first (a cold build: about 6 minutes more here).
+MIN_FREE_GB="${KUBEGAN_BUILD_MIN_FREE_GB:-30}"
+STAMP="$BK_DIR/inputs.sha256"
+inputs="$(cat "$REPO_ROOT/Dockerfile" "$REPO_ROOT"/requirements/*.txt | sha256sum | cut -c1-64) $TF_EXTRA ${BASE_DIGEST:-$PYTHON_IMAGE}"
+free_gb="$(df --output=avail -BG "$BK_DIR" | tail -n 1 | tr -dc '0-9')"
+# No stamp: a fresh cache (nothing to prune) or one from before this check (unknown, kept).
+if [[ -f "$STAMP" && "$(cat "$STAMP")" != "$inputs" ]] && ((free_gb < MIN_FREE_GB)); then
+  log "the image inputs changed and only ${free_gb} GB is free (under ${MIN_FREE_GB}): pruning buildkit's cache first"
+  "$BUILDCTL" --addr "unix://$SOCK" prune --all >/dev/null || log "could not prune buildkit's cache (ignored)"
+fi
+
 # ------------------------------------------------------------------ builds
 mkdir -p "$IMAGES/logs"
 LAYOUT="$IMAGES/oci"
@@ -208,6 +226,8 @@ for target in "${targets[@]}"; do
   log "$target: built and exported in ${BUILD_S[$target]} s ($cached of $steps steps cached)"
   [[ "$PUSH" != 1 ]] || log "$target: pushed $name ($(jq -r '."containerimage.digest" // "?"' "$IMAGES/logs/metadata-$target.json"))"
 done
+
+printf '%s\n' "$inputs" >"$STAMP"  # every target built: the cache holds these inputs' layers
 
 # uv's download cache (a cache mount, ~9 GB of unpacked wheels with torch) only helps when the
 # pins change; on a shared disk it is dropped after each run unless asked to keep it.
