@@ -291,3 +291,26 @@ def test_tensorflow_trains_from_tfrecord_shards_in_the_bucket(
     for epoch in (0, 1):
         index = [i for e, idx in seen if e == epoch for i in idx]
         assert sorted(index) == list(range(SHARDS * EVENTS))  # each event once per epoch
+
+
+@pytest.mark.timeout(300)
+def test_tensorflow_stops_with_the_line_when_a_shard_is_found_bad_while_reading(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard found bad by its worker's input pipeline (here: an index that lies about the
+    second shard) reached the loop wrapped in TensorFlow's UnknownError, traceback and all."""
+    from tests.trainer.tf.tfutil import tf_config, trainer
+
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    write_tfrecords(tmp_path / "data", 2, 3)
+    (tmp_path / "data" / SHARD_INDEX).write_text(
+        json.dumps({"files": {"part-000.tfrecord": 3, "part-001.tfrecord": 5}})
+    )
+    uri = upload(s3, tmp_path / "data", prefix="datasets/lying")
+    cfg = tf_config("gan3d", options={"size": "tiny"}, data={"source": "files", "uri": uri})
+    with pytest.raises(TrainerError) as err:
+        trainer(cfg, tmp_path / "out").fit()
+    assert str(err.value) == (
+        f"spec.data.uri: part-001.tfrecord holds 3 records, its index {SHARD_INDEX} says 5"
+    )

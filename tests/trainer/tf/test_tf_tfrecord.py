@@ -79,3 +79,49 @@ def test_a_malformed_shard_index_means_counting_the_shards(tmp_path: Path, index
         path.write_text(index.replace("NAME", shards[0].name))
     assert shard_index_counts(path) == {}
     assert TfRecordSource(tmp_path, seed=1, num_workers=1).num_samples == 6
+
+
+def _foreign_records(path: Path) -> None:
+    """Records that are Examples, but not of showers."""
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(8):
+            feature = {"x": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}
+            w.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("which", "spoil", "says"),
+    [
+        (0, "flip", r"a TFRecord shard in {} is corrupt \(corrupted record at \d+\)"),
+        (1, "flip", r"a TFRecord shard in {} is corrupt \(corrupted record at \d+\)"),
+        (1, "foreign", r"a record in {} is not a gan3d shower \(.*angle.*\)"),
+    ],
+    ids=["first-shard-flipped", "later-shard-flipped", "later-shard-foreign"],
+)
+def test_a_bad_shard_ends_the_run_with_one_line(
+    tmp_path: Path, which: int, spoil: str, says: str
+) -> None:
+    """TensorFlow's reader meets a flipped bit or a foreign record while reading (the index
+    spares it a counting pass): its error and traceback were the run's last words, exit 1.
+    The first shard is read for a sample before training, later ones in the first step."""
+    import re
+
+    folder = tmp_path / "shards"
+    shards = write_shower_shards(synthetic_showers(16, seed=3), folder, num_shards=2)
+    if spoil == "flip":
+        raw = bytearray(shards[which].read_bytes())
+        raw[5000] ^= 1
+        shards[which].write_bytes(bytes(raw))
+    else:
+        _foreign_records(shards[which])
+    data = {"source": "files", "path": str(folder)}
+    cfg = tf_config("gan3d", options={"size": "tiny"}, data=data, stepsPerEpoch=2)
+    with pytest.raises(TrainerError) as err:
+        trainer(cfg, tmp_path / "out").fit()
+    pattern = "spec\\.data\\.path: " + says.format(re.escape(str(folder)))
+    assert re.fullmatch(pattern, str(err.value)), str(err.value)

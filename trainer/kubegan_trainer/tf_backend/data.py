@@ -25,9 +25,11 @@ Prefetching keeps the accelerators fed (the 3DGAN runs at 128 GPUs stalled witho
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -39,6 +41,7 @@ from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import MANIFEST_MAX_BYTES, read_regular, require_regular
 
 SHOWER_SHAPE = (51, 51, 25, 1)
+_WRAPPED_TRAINER_ERROR = re.compile(r"TrainerError: ([^\n]+)")
 
 
 def channels_last(dataset: Dataset) -> dict[str, np.ndarray]:
@@ -76,11 +79,30 @@ class InputSource:
         ds = self.epoch_dataset(epoch, first_step, global_batch, steps)
         return strategy.experimental_distribute_dataset(ds)
 
+    def input_error(self, err: tf.errors.OpError) -> TrainerError | None:
+        """The one line for a failure of this source's pipeline, or None when it is not the
+        data's. A TrainerError a generator raised (a shard found bad when read) reaches the
+        loop wrapped in TensorFlow's own error, its traceback in the message: unwrapped."""
+        inner = _WRAPPED_TRAINER_ERROR.search(err.message or "")
+        return TrainerError(inner.group(1).strip()) if inner else None
+
     def _with_options(self, ds: tf.data.Dataset) -> tf.data.Dataset:
         opts = tf.data.Options()
         opts.experimental_distribute.auto_shard_policy = self.auto_shard
         opts.deterministic = True
         return ds.with_options(opts).prefetch(tf.data.AUTOTUNE)
+
+
+def next_from(source: InputSource, it: Iterator[Any]) -> Any:
+    """next(it); a failure of `source`'s pipeline that is the data's (a bad shard found
+    while reading) is its one line instead of TensorFlow's error and traceback."""
+    try:
+        return next(it)
+    except tf.errors.OpError as err:
+        line = source.input_error(err)
+        if line is None:
+            raise
+        raise line from None
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
@@ -212,7 +234,8 @@ class TfRecordSource(InputSource):
         counts = self._counts(files)
         # Workers see different files; an epoch lasts as long as the smallest worker's part.
         per_worker = [sum(counts[i::num_workers]) for i in range(num_workers)]
-        sample = next(iter(tf.data.TFRecordDataset([str(files[0])]).batch(64).map(_parse)))
+        head = tf.data.TFRecordDataset([str(files[0])]).batch(64).map(_parse)
+        sample = next_from(self, iter(head))
         super().__init__(
             kind="showers",
             num_samples=min(per_worker) * num_workers,
@@ -240,6 +263,22 @@ class TfRecordSource(InputSource):
                         f"({err.message.splitlines()[0]})"
                     ) from None
         return counts
+
+    def input_error(self, err: tf.errors.OpError) -> TrainerError | None:
+        """TensorFlow's reader met a corrupt record (DataLossError: a checksum or a length)
+        or a record that is not a gan3d shower (InvalidArgumentError from parse_example)."""
+        text = (err.message or "").strip()
+        # Its first line, without the function name and op suffix TensorFlow adds.
+        first = re.sub(r"\{\{[^}]*\}\}\s*", "", text.splitlines()[0] if text else "")
+        first = re.sub(r"\s*\[Op:\w+\].*$", "", first).strip()
+        where = self.files[0].parent
+        if isinstance(err, tf.errors.DataLossError):
+            return TrainerError(f"spec.data.path: a TFRecord shard in {where} is corrupt ({first})")
+        if isinstance(err, tf.errors.InvalidArgumentError):
+            return TrainerError(
+                f"spec.data.path: a record in {where} is not a gan3d shower ({first})"
+            )
+        return super().input_error(err)
 
     def epoch_dataset(
         self, epoch: int, first_step: int, global_batch: int, steps: int

@@ -45,7 +45,7 @@ from kubegan_trainer.driver import Driver, Flags, Generated, Hooks, LoopState, S
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.signals import StopFlag
 from kubegan_trainer.tf_backend.ckpt import TfCheckpoints
-from kubegan_trainer.tf_backend.data import InputSource
+from kubegan_trainer.tf_backend.data import InputSource, next_from
 from kubegan_trainer.tf_backend.models import TfGanTask, build_task
 from kubegan_trainer.tf_backend.optim import make_optimizer
 from kubegan_trainer.tf_backend.precision import uses_loss_scaling
@@ -339,10 +339,10 @@ class TfGanTrainer:
         it = iter(src.distribute(self.strategy, epoch0, first, self.global_batch, steps))
         if not src.skip_in_source:
             for _ in range(first_step):  # FILE-sharded streams: advance, do not train
-                next(it)
+                next_from(src, it)
         self._reclaim_pending = True
         for _ in range(first_step, steps):
-            yield next(it)
+            yield next_from(src, it)
 
     def step(self, batch: Any, local_flags: Flags) -> StepResult:
         flags = tf.constant([float(f) for f in local_flags()])
