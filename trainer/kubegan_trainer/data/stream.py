@@ -141,7 +141,6 @@ class ShardSource:
         self.max_bytes = SHARD_MAX_BYTES if max_bytes is None else max_bytes
         self._store = None
         self.field = DATA_PATH_FIELD
-        self._sizes: dict[str, int] = {}  # the shards'
         self._listed: dict[str, int] = {}  # every name under `where` (sizes: bucket only)
         if "://" in where:
             self.field = DATA_URI_FIELD
@@ -171,7 +170,7 @@ class ShardSource:
                 f"{self.field}: {too_big} is {found[too_big]} bytes, more than a shard may be "
                 f"({self.max_bytes} bytes; split it)"
             )
-        self._sizes, self._listed = {n: found[n] for n in shards}, found
+        self._listed = found
         return shards
 
     def _none_found(self) -> str:
@@ -184,9 +183,7 @@ class ShardSource:
 
     def _object(self, name: str) -> Any:
         if self._store is None:
-            path = Path(self.where) / name
-            require_regular(path, self.field)  # h5py or read_bytes on a FIFO would block
-            return path
+            return self._local(name)
         import obstore
 
         store = self._store
@@ -199,15 +196,18 @@ class ShardSource:
                 f"{self.field}: read {self.where}/{name}", lambda: ranged(start, end)
             )
 
-        return io.BufferedReader(_RangeFile(call, self._sizes[name]), HEADER_BUFFER)
+        return io.BufferedReader(_RangeFile(call, self._listed[name]), HEADER_BUFFER)
+
+    def _local(self, name: str) -> Path:
+        path = Path(self.where) / name
+        require_regular(path, self.field)  # h5py or read_bytes on a FIFO would block
+        return path
 
     def read(self, name: str, max_bytes: int | None = None) -> bytes:
         """A shard's bytes (or, with `max_bytes`, a small listed object's such as an index)."""
         limit = self.max_bytes if max_bytes is None else max_bytes
         if self._store is None:
-            path = Path(self.where) / name
-            require_regular(path, self.field)
-            return read_regular(path, limit)
+            return read_regular(self._local(name), limit)
         import obstore
 
         store = self._store
@@ -234,8 +234,7 @@ class ShardSource:
     def count_records(self, name: str) -> int:
         """Records in TFRecord shard `name`: its headers walked (a bucket's object read once)."""
         if self._store is None:
-            path = Path(self.where) / name
-            require_regular(path, self.field)
+            path = self._local(name)
             with path.open("rb") as f:
                 return count_records(f, path.stat().st_size, name, self.field, SHOWER_RECORD_MIN)
         raw = self.read(name)
@@ -458,8 +457,7 @@ class ShardPlan:
                 SHARD_INDEX,
             )
         counts = [known[n] if n in known else source.count_records(n) for n in names]
-        expected = {n: known[n] for n in names if n in known}
-        parser = functools.partial(parse_tfrecord_showers, field=source.field, expected=expected)
+        parser = functools.partial(parse_tfrecord_showers, field=source.field, expected=known)
         return cls(source, names, counts, seed, angle_key, parser=parser)
 
     def parse(self, name: str, raw: bytes) -> dict:
