@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import obstore
@@ -100,30 +101,37 @@ def test_a_streamed_run_stopped_and_resumed_is_bitwise_identical(tmp_path: Path)
     _assert_same_state(straight.checkpoint_state(), resumed.checkpoint_state())
 
 
-@pytest.mark.timeout(400)
-def test_tensorflow_trains_from_the_bucket_on_its_own_shards(
-    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def tensorflow_trains_each_event_once_per_epoch(uri: str, out: Path) -> Any:
+    """One TensorFlow worker trains gan3d for 2 epochs on `uri` (the store's environment set
+    by the caller) and sees every one of the SHARDS x EVENTS events once per epoch; its
+    trainer, for more checks."""
     from kubegan_trainer.driver import Hooks
 
     from tests.trainer.tf.tfutil import tf_config, trainer
 
-    for key, value in s3.env().items():
-        monkeypatch.setenv(key, value)
-    write_shards(tmp_path / "data", SHARDS, EVENTS)
-    uri = upload(s3, tmp_path / "data")
     cfg = tf_config(
         "gan3d", options={"size": "tiny"}, data={"source": "files", "uri": uri}, epochs=2
     )
     seen: list[tuple[int, list[int]]] = []
     hooks = Hooks(on_step=lambda _t, e, _s, info: seen.append((e, info["index"].tolist())))
-    t = trainer(cfg, tmp_path / "out", hooks)
-    # One worker (its replicas take its batches in turn): all 6 shards, every event.
-    assert t.steps_per_epoch == SHARDS * EVENTS // t.global_batch > 1
+    t = trainer(cfg, out, hooks)
     assert t.fit() == 0
     for epoch in (0, 1):
         index = [i for e, idx in seen if e == epoch for i in idx]
         assert sorted(index) == list(range(SHARDS * EVENTS))  # each event once per epoch
+    return t
+
+
+@pytest.mark.timeout(400)
+def test_tensorflow_trains_from_the_bucket_on_its_own_shards(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    write_shards(tmp_path / "data", SHARDS, EVENTS)
+    t = tensorflow_trains_each_event_once_per_epoch(upload(s3, tmp_path / "data"), tmp_path / "out")
+    # One worker (its replicas take its batches in turn): all 6 shards, every event.
+    assert t.steps_per_epoch == SHARDS * EVENTS // t.global_batch > 1
 
 
 def _refusal(where: str) -> str:

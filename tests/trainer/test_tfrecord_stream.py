@@ -21,7 +21,12 @@ from kubegan_trainer.errors import TrainerError
 from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer import hooked
 from tests.trainer.test_resume import _assert_same_state
-from tests.trainer.test_stream_training import gan3d, traces, upload
+from tests.trainer.test_stream_training import (
+    gan3d,
+    tensorflow_trains_each_event_once_per_epoch,
+    traces,
+    upload,
+)
 from tests.trainer.util import run_workers
 
 s3 = pytest.fixture(scope="module")(s3_server_fixture)
@@ -271,26 +276,14 @@ def test_pytorch_ranks_train_on_their_own_tfrecord_shards_and_resume_bitwise(
 def test_tensorflow_trains_from_tfrecord_shards_in_the_bucket(
     s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kubegan_trainer.driver import Hooks
     from kubegan_trainer.tf_backend.data import StreamSource
-
-    from tests.trainer.tf.tfutil import tf_config, trainer
 
     for key, value in s3.env().items():
         monkeypatch.setenv(key, value)
     write_tfrecords(tmp_path / "data", SHARDS, EVENTS)
     uri = upload(s3, tmp_path / "data", prefix="datasets/tfrecords")
-    cfg = tf_config(
-        "gan3d", options={"size": "tiny"}, data={"source": "files", "uri": uri}, epochs=2
-    )
-    seen: list[tuple[int, list[int]]] = []
-    hooks = Hooks(on_step=lambda _t, e, _s, info: seen.append((e, info["index"].tolist())))
-    t = trainer(cfg, tmp_path / "out", hooks)
+    t = tensorflow_trains_each_event_once_per_epoch(uri, tmp_path / "out")
     assert isinstance(t.source, StreamSource)
-    assert t.fit() == 0
-    for epoch in (0, 1):
-        index = [i for e, idx in seen if e == epoch for i in idx]
-        assert sorted(index) == list(range(SHARDS * EVENTS))  # each event once per epoch
 
 
 @pytest.mark.timeout(300)
