@@ -95,6 +95,21 @@ def test_resume_with_a_changed_job_is_refused_naming_the_fields(tmp_path: Path) 
     assert (out / "config.json").read_text() == before  # config.json never lies
 
 
+def test_fields_added_since_the_checkpoints_were_trained_are_no_change(tmp_path: Path) -> None:
+    """A config.json written before spec.data.uri, endpoint and credentialsSecret existed:
+    resuming after the upgrade was refused for "unset -> ''"."""
+    out = tmp_path / "run"
+    _seed_run(out)
+    older = json.loads((out / "config.json").read_text())
+    for key in ("uri", "endpoint", "credentialsSecret"):
+        older["data"].pop(key)
+    (out / "config.json").write_text(json.dumps(older))
+    assert record_config(out, tiny_digits().to_api(), allow_change=False) == []
+    assert record_config(out, tiny_digits(seed=8).to_api(), allow_change=True) == [
+        "spec.training.seed (7 -> 8)"
+    ]
+
+
 def test_allowed_config_change_is_recorded(tmp_path: Path) -> None:
     out = tmp_path / "run"
     _seed_run(out)

@@ -49,6 +49,19 @@ def _trained(config: dict[str, Any]) -> dict[str, Any]:
     return {k: config.get(k) for k in COMPARED_SECTIONS}
 
 
+def _as_written_now(old: dict[str, Any]) -> dict[str, Any]:
+    """`old` as this kubegan writes it: a config.json from an earlier kubegan lacks the fields
+    added since, which hold their defaults, so upgrading is not a change of job
+    (spec.data.uri "unset -> ''" refused every resume). One that no longer validates is
+    compared as it stands."""
+    from kubegan_trainer.config import TrainerConfig
+
+    try:
+        return TrainerConfig.model_validate(old).to_api()
+    except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
+        return old
+
+
 def has_checkpoints(output_dir: Path) -> bool:
     ckpts = output_dir / CHECKPOINT_SUBDIR
     return ckpts.is_dir() and any(p.name.startswith("ckpt-") for p in ckpts.iterdir())
@@ -70,7 +83,7 @@ def record_config(output_dir: Path, config: dict[str, Any], *, allow_change: boo
             ) from None
         if not isinstance(old, dict):
             raise TrainerError(f"{path}: not a kubegan config (expected a JSON object)")
-        changed = differences(_trained(old), _trained(config))
+        changed = differences(_trained(_as_written_now(old)), _trained(config))
         if changed and not allow_change:
             raise TrainerError(
                 f"{output_dir}: the job differs from the one its checkpoints were trained "
