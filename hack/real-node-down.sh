@@ -51,6 +51,25 @@ unmount_under() {  # unmount everything mounted below a directory, deepest first
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
   done
 }
+# A connection the host (the apiserver relay, CoreDNS, the apiserver calling a kubelet) still
+# has with a node namespace when the namespace goes never gets its FIN acknowledged: it lingers
+# for minutes in FIN-WAIT-1 (with the data it was sending) or LAST-ACK on the relay's port,
+# the control plane's apiserver port. So a node's network is removed only once the host has no
+# connection left with it: its processes are stopped by then, so their ends have closed; the
+# host's ends get a moment to finish closing, and what is still open after it is aborted.
+CLOSE_SECONDS="${KUBEGAN_CLOSE_SECONDS:-5}"
+host_connections() {  # host_connections <ss filter>: the host's TCP sockets not yet closed
+  ss -Htn state connected exclude time-wait "( $1 )" 2>/dev/null || true
+}
+close_connections() {  # close_connections <cidr>...: with the node addresses and pod CIDRs given
+  local filter="" c deadline=$((SECONDS + CLOSE_SECONDS))
+  for c in "$@"; do filter+="${filter:+ or }dst $c"; done
+  while [[ -n "$(host_connections "$filter")" ]] && ((SECONDS < deadline)); do sleep 0.2; done
+  [[ -n "$(host_connections "$filter")" ]] || return 0
+  log "aborting $(host_connections "$filter" | wc -l) connection(s) with $* still open after ${CLOSE_SECONDS}s"
+  ss -HtnK state connected exclude time-wait "( $filter )" >/dev/null 2>&1 || true
+  [[ -z "$(host_connections "$filter")" ]] || log "could not abort: $(host_connections "$filter" | paste -sd ';')"
+}
 site_netns() {  # this site's node network namespaces
   ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NETNS_PREFIX-[0-9]+\$" || true
 }
@@ -111,6 +130,7 @@ remove_node() {  # remove_node <i>
     [[ ! -d "$cg" ]] || find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || log "could not remove cgroup $cg"
   done
   rm -f /var/lib/cni/results/"kubegan-$node"-*
+  close_connections "$(node_ip "$i")/32" "$(pod_cidr "$i")"
   ip route del "$(pod_cidr "$i")" 2>/dev/null || true
   local other
   for other in $(site_netns); do
@@ -145,6 +165,7 @@ main() {
   fi
   stop_named apiserver-relay
   for p in $(pids_with_arg "$(relay_bind)"); do stop_pid "$p"; done
+  close_connections "$NODE_NETWORK" "$POD_NETWORK"   # nodes whose namespace had already gone
   if ip link show "$HOST_BRIDGE" >/dev/null 2>&1; then ip link del "$HOST_BRIDGE"; log "deleted bridge $HOST_BRIDGE"; fi
   local cg; for cg in /sys/fs/cgroup/*/"$CGROUP_PARENT"; do [[ -d "$cg" ]] && rmdir "$cg" 2>/dev/null || true; done
   unmount_under "$STATE_ROOT"; unmount_under "$RUN_ROOT"

@@ -159,7 +159,7 @@ def test_script_prints_and_checks(tmp_path: Path) -> None:
 
 
 def sources() -> Iterator[Path]:
-    for top in ("tests", "bench", "hack", "trainer", "operator"):
+    for top in ("tests", "bench", "hack", "api", "trainer", "operator"):
         for path in (ROOT / top).rglob("*"):
             if path.suffix in (".py", ".sh") and path.is_file():
                 yield path
@@ -193,3 +193,68 @@ def test_time_wait_is_taken_for_others_but_not_for_a_server_that_reuses_addresse
         client.recv(1)
     assert not ports.is_bindable(port)
     assert ports.is_bindable(port, reuse_addr=True)
+
+
+FIN_WAIT1 = "04"  # the state column of /proc/net/tcp
+
+
+def tcp_states(port: int) -> list[str]:
+    """The states of this namespace's IPv4 TCP sockets whose local port is `port`."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return [f[3] for f in (r.split() for r in rows) if int(f[1].rsplit(":", 1)[1], 16) == port]
+
+
+def test_a_connection_left_closing_is_free_for_a_server_but_a_listener_is_not() -> None:
+    """After the real nodes' namespaces went, the apiserver port of a stopped cluster held
+    connections in FIN-WAIT-1 with data nobody acknowledged, for minutes. cluster-up checks its
+    ports as its servers bind them (127.0.0.1, SO_REUSEADDR, as Go sets it): such a socket does
+    not keep a server from binding, so it does not count; a listener does."""
+    port = a_free_window(1)
+    script = ROOT / "trainer" / "kubegan_trainer" / "ports.py"
+    as_server = [sys.executable, str(script), "--check", str(port), "--host", "127.0.0.1"]
+    with socket.socket() as server, socket.socket() as peer:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a Go server's
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        peer.connect(("127.0.0.1", port))
+        conn, _ = server.accept()
+        server.close()  # the server stops ...
+        # ... while its connection has data the peer does not take (as a peer that is gone
+        # acknowledges nothing): it is closed with the data still queued, so it stays in
+        # FIN-WAIT-1 after the server has exited.
+        conn.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            while True:
+                conn.send(b"x" * 65536)
+        conn.close()
+        assert FIN_WAIT1 in tcp_states(port)
+        assert not ports.is_bindable(port)  # strict: any socket on the port counts
+        assert ports.is_bindable(port, reuse_addr=True, host="127.0.0.1")
+        assert subprocess.run([*as_server, "--reuse-addr"]).returncode == 0
+        with socket.socket() as again:
+            again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            again.bind(("127.0.0.1", port))  # what the check said: the server binds again
+            again.listen()
+            assert not ports.is_bindable(port, reuse_addr=True, host="127.0.0.1")
+            assert subprocess.run([*as_server, "--reuse-addr"]).returncode == 1
+    assert FIN_WAIT1 not in tcp_states(port)  # the peer's close reset what was left
+
+
+def test_a_listener_on_every_address_or_a_client_connection_is_taken_for_a_server() -> None:
+    """The check as a server binds still refuses a port someone listens on with the wildcard
+    address, and one an established connection holds as its local end (nobody listens there:
+    a connect probe would call it free; the server's bind fails all the same)."""
+    start = a_free_window(2)
+    with socket.socket() as wildcard:
+        wildcard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        wildcard.bind(("0.0.0.0", start))
+        wildcard.listen()
+        assert not ports.is_bindable(start, reuse_addr=True, host="127.0.0.1")
+    server_port, client_port = start, start + 1
+    with listen(server_port) as server, socket.socket() as client:
+        client.bind(("127.0.0.1", client_port))
+        client.connect(("127.0.0.1", server_port))
+        conn, _ = server.accept()
+        with conn:
+            assert not ports.is_bindable(client_port, reuse_addr=True, host="127.0.0.1")

@@ -12,6 +12,12 @@ One helper for every place that needs a port: `kubegan run`, the tests, the benc
 hack/ scripts (as a script: `python3 trainer/kubegan_trainer/ports.py [--span N] COUNT` prints
 COUNT ports, `--check PORT...` exits 1 naming the first port that is taken). Standard library
 only, so the scripts can run it before any virtualenv exists.
+
+A port about to be given to a server of ours is checked the way that server binds it
+(`--check PORT --host ADDRESS --reuse-addr`): on its own address, with SO_REUSEADDR as every Go
+server sets it. Only a listener (or a socket bound without SO_REUSEADDR) on that address then
+counts; connections that are closing (TIME_WAIT, FIN-WAIT-1 towards a network namespace that is
+gone) do not, as they do not keep the server from binding.
 """
 
 from __future__ import annotations
@@ -62,17 +68,19 @@ def candidate_ranges(span: int, ephemeral: tuple[int, int]) -> list[range]:
     return [r for r in (below, above) if len(r) > 0]
 
 
-def is_bindable(port: int, *, reuse_addr: bool = False) -> bool:
-    """True when `port` can be bound on every IPv4 address right now (a listener on any one
-    address makes the wildcard bind fail). Without `reuse_addr` a socket still in TIME_WAIT
-    counts as taken too: strict, for ports handed out to others. A server that binds with
-    SO_REUSEADDR itself (the operator's) is checked with `reuse_addr=True`, or its own
-    connections from a moment ago would keep it from starting again."""
+def is_bindable(port: int, *, reuse_addr: bool = False, host: str = "0.0.0.0") -> bool:
+    """True when `port` can be bound on `host` right now; on the default, every IPv4 address (a
+    listener on any one address makes the wildcard bind fail). Without `reuse_addr` any socket
+    on the port counts as taken, one still in TIME_WAIT or FIN-WAIT too: strict, for ports
+    handed out to others. A server that binds with SO_REUSEADDR itself (the operator's, and
+    every Go server: the control plane's) is checked with `reuse_addr=True` and the address it
+    binds, as the kernel will judge its own bind: its connections from a moment ago, still
+    closing, would otherwise keep it from starting again."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         if reuse_addr:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("0.0.0.0", port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -144,9 +152,9 @@ def reserve_port(preferred: int | None = None) -> int:
     return reserve_ports(1)[0]
 
 
-def taken(ports: list[int]) -> int | None:
-    """The first of `ports` that cannot be bound, or None."""
-    return next((p for p in ports if not is_bindable(p)), None)
+def taken(ports: list[int], *, reuse_addr: bool = False, host: str = "0.0.0.0") -> int | None:
+    """The first of `ports` that cannot be bound (as `is_bindable` binds), or None."""
+    return next((p for p in ports if not is_bindable(p, reuse_addr=reuse_addr, host=host)), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,9 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("count", nargs="?", type=int, default=1, help="ports to print")
     parser.add_argument("--span", type=int, default=1, help="consecutive free ports per port")
     parser.add_argument("--check", type=int, nargs="+", metavar="PORT", help="exit 1 if taken")
+    parser.add_argument(
+        "--host", default="0.0.0.0", help="--check: the address the server binds (default: all)"
+    )
+    parser.add_argument(
+        "--reuse-addr",
+        action="store_true",
+        help="--check: bind with SO_REUSEADDR, as the server does (closing connections are free)",
+    )
     args = parser.parse_args(argv)
     if args.check:
-        busy = taken(args.check)
+        busy = taken(args.check, reuse_addr=args.reuse_addr, host=args.host)
         if busy is not None:
             print(f"port {busy} is in use", file=sys.stderr)
             return 1
