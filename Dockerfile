@@ -62,6 +62,7 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
 # README.md is the package's readme (pyproject metadata); nothing else outside the packages
 # (examples/models holds the example custom models the trainer images ship).
 COPY pyproject.toml README.md ./
+COPY api/ api/
 COPY operator/ operator/
 COPY trainer/ trainer/
 COPY examples/models/ examples/models/

@@ -74,7 +74,7 @@ lock: | $(UV)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check operator trainer tests
+	$(VENV)/bin/ruff format --check api operator trainer tests
 
 crd: $(VENV)/.installed
 	$(VENV)/bin/kubegan crd > crds/gantrainingjobs.kubegan.io.yaml

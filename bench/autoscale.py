@@ -1,4 +1,4 @@
-"""Autoscaled pools, measured (issue 24): how long a gang on a pool at zero nodes takes from
+"""Autoscaled pools, measured: how long a gang on a pool at zero nodes takes from
 `kubectl apply` to all workers bound and to the job Running, with a real Karpenter (its KWOK
 provider: nodes appear as soon as Karpenter creates them, so the cloud's VM boot time is not
 in these numbers) on a control plane of its own.
@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "operator"), str(ROOT / "trainer")]
+sys.path[:0] = [str(ROOT), str(ROOT / "api"), str(ROOT / "operator"), str(ROOT / "trainer")]
 
 from tests.support.autoscale import Autoscaled, autoscaled_cluster, gpu_job  # noqa: E402
 from tests.support.karpenter import nodepool  # noqa: E402

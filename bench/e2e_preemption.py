@@ -1,4 +1,4 @@
-"""Spot preemption on real nodes, measured (issue 11). A benchmark, not a test.
+"""Spot preemption on real nodes, measured. A benchmark, not a test.
 
 It brings up a control plane of its own with three real nodes (tests/e2e's `real_cluster_up`:
 free ports, real-node site `e2e`, removed afterwards; so it runs beside a `make cluster-up`
@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kubegan_trainer.contract import ATTEMPT_LABEL  # noqa: E402
+from kubegan_api.contract import ATTEMPT_LABEL  # noqa: E402
 
 from tests.e2e.jobs import Job, Nodes, index_of, resumed_at, victim_node  # noqa: E402
 from tests.support.real_nodes import (  # noqa: E402

@@ -1,4 +1,4 @@
-"""Checkpoints in a bucket (issue 26): what committing one costs, next to the local volume.
+"""Checkpoints in a bucket: what committing one costs, next to the local volume.
 
     .venv/bin/python bench/object_store.py            # `make bench-object-store`
     .venv/bin/python bench/object_store.py --runs 5
@@ -40,10 +40,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kubegan_api.contract import ENV_CHECKPOINT_URI, EXIT_INTERRUPTED  # noqa: E402
 from kubegan_trainer import objstore  # noqa: E402
 from kubegan_trainer.bucketckpt import BucketCheckpoints  # noqa: E402
 from kubegan_trainer.checkpoint import CheckpointStore, Position  # noqa: E402
-from kubegan_trainer.contract import ENV_CHECKPOINT_URI, EXIT_INTERRUPTED  # noqa: E402
 from kubegan_trainer.torch_backend.models.gan3d import build_gan3d  # noqa: E402
 
 from tests.support.s3_server import S3Server  # noqa: E402

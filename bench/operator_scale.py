@@ -1,4 +1,4 @@
-"""The operator at cluster scale, on the local control plane with KWOK nodes (issue 13).
+"""The operator at cluster scale, on the local control plane with KWOK nodes.
 
 A benchmark, not a test (pytest does not collect it). It
 
@@ -52,9 +52,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "operator"), str(ROOT / "trainer")]
+sys.path[:0] = [str(ROOT), str(ROOT / "api"), str(ROOT / "operator"), str(ROOT / "trainer")]
 
-from kubegan_operator.api.spec import GANTrainingJob, GANTrainingJobSpec  # noqa: E402
+from kubegan_api.contract import (  # noqa: E402
+    ATTEMPT_LABEL,
+    ENV_NUM_WORKERS,
+    JOB_NAME_LABEL,
+    WORKER_INDEX_LABEL,
+)
+from kubegan_api.spec import GANTrainingJob, GANTrainingJobSpec  # noqa: E402
 from kubegan_operator.foundation.topology import (  # noqa: E402
     PodUsage,
     assemble_inventory,
@@ -65,12 +71,6 @@ from kubegan_operator.foundation.topology import (  # noqa: E402
 from kubegan_operator.placement.planner import Plan, plan  # noqa: E402
 from kubegan_operator.placement.render import node_affinity, render_pod  # noqa: E402
 from kubegan_operator.runtime.cache import FreeCapacity, index_node  # noqa: E402
-from kubegan_trainer.contract import (  # noqa: E402
-    ATTEMPT_LABEL,
-    ENV_NUM_WORKERS,
-    JOB_NAME_LABEL,
-    WORKER_INDEX_LABEL,
-)
 from kubegan_trainer.ports import reserve_ports  # noqa: E402
 
 from tests.support.control_plane import cluster_up  # noqa: E402
@@ -162,7 +162,8 @@ def best_ms(fn: Callable[[], Any], repeats: int) -> float:
 
 def plan_table(sizes: Iterable[int], pools: int, repeats: int) -> list[dict[str, Any]]:
     """plan() on an inventory where half the nodes are taken; separately build_inventory()
-    (parsing raw node and pod objects: what the operator did on every plan before issue 13),
+    (parsing raw node and pod objects: what the operator did on every plan before it kept
+    indexes fed by watches),
     assemble_inventory() (summing the entries its indexes hold: what it did until the
     FreeCapacity below) and FreeCapacity.inventory() after one pod changed (what it does now:
     between two plans a few pods change, not the whole cluster)."""
@@ -485,8 +486,11 @@ class OperatorProcess:
         self.log = ROOT / "bench" / "out" / "operator_scale" / "operator.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-        # `source` holds operator/ and trainer/: this tree, or another revision's (a "before").
-        env["PYTHONPATH"] = os.pathsep.join([str(source / "operator"), str(source / "trainer")])
+        # `source` holds api/, operator/ and trainer/: this tree, or another revision's (a
+        # "before", which may predate api/).
+        env["PYTHONPATH"] = os.pathsep.join(
+            str(source / folder) for folder in ("api", "operator", "trainer")
+        )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kubegan_operator.entry.cli", "operator",
              "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ENV_CHECKPOINT_DIR,
     ENV_METRICS_PORT,
     ENV_OUTPUT_DIR,
@@ -42,7 +42,7 @@ GPU_CASES = {
 
 
 def _config(model: str, precision: str, gpu: bool):
-    from kubegan_trainer.config import TrainerConfig
+    from kubegan_api.sections import TrainerConfig
 
     opts, source, batch = (GPU_CASES if gpu else CASES)[model]
     return TrainerConfig.model_validate(

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from kubegan_api.contract import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, ENV_OUTPUT_DIR
+from kubegan_api.sections import TrainerConfig
 from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.contract import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, ENV_OUTPUT_DIR
 from kubegan_trainer.data import build_dataset
 from kubegan_trainer.signals import StopFlag
 from kubegan_trainer.torch_backend import rng

@@ -3,7 +3,7 @@
 # module proxy, like hack/build-binaries.sh does for the control plane:
 #   ~/.cache/kubegan/bin/buildkitd-<version>/buildkitd
 #   ~/.cache/kubegan/bin/buildctl-<version>/buildctl
-# Used by hack/build-images.sh (issue 10); buildkitd runs RUN steps with
+# Used by hack/build-images.sh; buildkitd runs RUN steps with
 # Debian's runc (hack/install-debian-packages.sh, see build-images.sh).
 #
 # Usage:

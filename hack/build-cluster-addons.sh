@@ -8,7 +8,8 @@
 #   ~/.cache/kubegan/bin/kueue-<version>/config/components/        its CRDs, webhook configs, ...
 # The manifests are copied next to the binary because the tests install them from there: the
 # Go module cache they come from may be cleaned while the binary stays cached.
-# tests/support/karpenter.py and tests/support/kueue.py start them (issues 24, 25).
+# tests/support/karpenter.py and tests/support/kueue.py start them for the cluster tier's
+# autoscaling and Kueue tests.
 #
 # Usage:
 #   hack/build-cluster-addons.sh           build what is missing

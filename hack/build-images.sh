@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the Dockerfile's images for the local cluster's real nodes (issue 10) with BuildKit,
+# Build the Dockerfile's images for the local cluster's real nodes with BuildKit,
 # without Docker or a registry, into one OCI image layout directory that
 # hack/load-images.sh imports into the nodes' containerd (`ctr images import`).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build / install what a *real* node of the local cluster needs (issue 10, work in progress):
+# Build / install what a *real* node of the local cluster needs (work in progress):
 #   kubelet,           built from the Go module proxy through hack/gomod/kubernetes/ (the
 #   kube-proxy         same wrapper module and pins as the control plane), cached by version
 #                      in ~/.cache/kubegan/bin/<name>-<version>/<name>

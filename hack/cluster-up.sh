@@ -29,7 +29,7 @@
 #                            and nodes flap NotReady (bench/operator_scale.py sets 16)
 #   KUBEGAN_PROFILING        true: the apiserver serves /debug/pprof (benchmarks; default false)
 #   KUBEGAN_UP_TIMEOUT       seconds to wait for each component (default 120)
-#   KUBEGAN_NATIVE_GANG      true: Kubernetes' own gang scheduling (alpha in 1.36, issue 25):
+#   KUBEGAN_NATIVE_GANG      true: Kubernetes' own gang scheduling (alpha in 1.36):
 #                            feature gates GenericWorkload and GangScheduling on the apiserver,
 #                            scheduler and controller-manager, and the apiserver serves
 #                            scheduling.k8s.io/v1alpha2 (Workload, PodGroup). Default false. Read

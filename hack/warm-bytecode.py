@@ -17,7 +17,7 @@ import time
 
 # Imported lazily by the libraries themselves, so walking our packages does not reach them.
 LAZY = ("torch._dynamo", "torch.distributed.algorithms.join", "sklearn.linear_model")
-PACKAGES = ("kubegan_trainer", "kubegan_operator")
+PACKAGES = ("kubegan_api", "kubegan_trainer", "kubegan_operator")
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""Autoscaled node pools with a real autoscaler (issue 24): Karpenter (KWOK provider) against a
+"""Autoscaled node pools with a real autoscaler: Karpenter (KWOK provider) against a
 control plane of its own, and the operator planning on its NodePools (--karpenter).
 
 A gang on a spot pool at zero makes Karpenter add its nodes in one decision; a pool whose limit

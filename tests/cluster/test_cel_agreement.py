@@ -1,5 +1,5 @@
 """The real apiserver and `kubegan validate` refuse and accept the same jobs, naming the same
-field (issue 23): every example of tests/support/cel_cases.py, applied with
+field: every example of tests/support/cel_cases.py, applied with
 `kubectl apply --dry-run=server` to the CRD the cluster fixture installed from crds/."""
 
 from __future__ import annotations

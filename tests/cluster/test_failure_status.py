@@ -1,4 +1,4 @@
-"""Failures the status explains, on a real control plane (issue 27): a worker whose image cannot
+"""Failures the status explains, on a real control plane: a worker whose image cannot
 be pulled shows the kubelet's ImagePullBackOff and message in a condition within a minute, and
 fails the job after runPolicy.imagePullTimeoutSeconds; the trainer's config exit code fails the
 job once, with the trainer's own line, instead of backoffLimit retries.
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubegan_trainer.contract import EXIT_USER_ERROR
+from kubegan_api.contract import EXIT_USER_ERROR
 
 from tests.support.control_plane import PrivateCluster, private_control_plane
 from tests.support.kube import FIXTURES, Operator, condition, load_example, wait_for

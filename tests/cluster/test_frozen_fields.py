@@ -1,4 +1,4 @@
-"""A spec that means what it says (issue 27): once a job has started, the real apiserver refuses
+"""A spec that means what it says: once a job has started, the real apiserver refuses
 an edit of its framework, model, data, training or checkpoint fields, naming the field, and
 still takes the fields documented as changeable. Before it starts, everything may change."""
 
@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from kubegan_operator.api.spec import FROZEN_ONCE_STARTED
+from kubegan_api.rules import FROZEN_ONCE_STARTED
 
 from tests.support.kube import Kubectl, load_example
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubegan_api.contract import GANG_GATE, KUEUE_ADMISSION_GATE
 from kubegan_operator.runtime.kube import Kube
-from kubegan_trainer.contract import GANG_GATE, KUEUE_ADMISSION_GATE
 
 from tests.support.control_plane import PrivateCluster, private_control_plane
 from tests.support.kube import wait_for

@@ -1,4 +1,4 @@
-"""Acceptance 2: `helm install` into the real control plane succeeds; the operator, run with
+"""`helm install` into the real control plane succeeds; the operator, run with
 exactly the chart's ServiceAccount permissions, reconciles a job end to end; and the granted
 rules are exactly the ones the operator uses (operator/kubegan_operator/runtime/kube.py + kopf)."""
 

@@ -1,4 +1,4 @@
-"""Acceptance 3 of issue 27: `helm install` works on a cluster without any monitoring CRDs.
+"""`helm install` works on a cluster without any monitoring CRDs.
 The GKE and AKS presets switch every monitor and rule on; on a real control plane that serves
 none of monitoring.coreos.com, monitoring.googleapis.com or azmonitoring.coreos.com the chart
 installs anyway (each object renders only where its API exists), with the rest of the release

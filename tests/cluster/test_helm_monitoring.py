@@ -1,4 +1,4 @@
-"""Acceptance 3, the cluster part of tests/monitoring: every dashboard panel's query returns
+"""The cluster part of tests/monitoring: every dashboard panel's query returns
 series from a real Prometheus that scrapes a running `kubegan run` job (trainer rank 0) and
 the real operator reconciling the same job on fake nodes, labelled the way the chart's
 PodMonitor/ServiceMonitor label them."""

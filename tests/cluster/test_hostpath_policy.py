@@ -1,4 +1,4 @@
-"""hostPath in spec.podTemplate is refused by the apiserver itself (issue 27, acceptance 1): the
+"""hostPath in spec.podTemplate is refused by the apiserver itself: the
 chart's ValidatingAdmissionPolicy (while workers.allowHostPath is false) answers with the same
 field path and words as `kubegan validate`; with the value on, the chart renders no policy.
 A control plane of its own: the policy is cluster-wide."""

@@ -1,4 +1,4 @@
-"""The autoscaler the cluster tier runs (tests/support/karpenter.py, issue 24) works against a
+"""The autoscaler the cluster tier runs (tests/support/karpenter.py) works against a
 real control plane: a pending GPU pod pinned to the spot pool gets exactly one Karpenter node
 of that pool, with the labels kubegan's topology reads, and runs on it (KWOK plays its
 kubelet); once the pod is gone Karpenter removes the empty node.

@@ -1,4 +1,4 @@
-"""GANTrainingJobs admitted by a real Kueue (issue 25, acceptance 1): a ClusterQueue with quota
+"""GANTrainingJobs admitted by a real Kueue: a ClusterQueue with quota
 for one 16-GPU gang on four KWOK nodes of 8 V100s (room for two gangs: the quota, not the
 nodes, holds the second back).
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ATTEMPT_LABEL,
     GANG_GATE,
     KUEUE_ADMISSION_GATE,

@@ -1,4 +1,4 @@
-"""The Kueue the cluster tier runs (tests/support/kueue.py, issue 25) works against a real
+"""The Kueue the cluster tier runs (tests/support/kueue.py) works against a real
 control plane: a plain-pod group of 2 is gated by Kueue's webhook, admitted as one Workload and
 ungated when the ClusterQueue's quota allows; a second group stays gated while the quota is
 full, and is admitted once the first finishes (its quota released).
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     KUEUE_ADMISSION_GATE,
     KUEUE_POD_GROUP_COUNT_ANNOTATION,
     KUEUE_POD_GROUP_LABEL,

@@ -1,4 +1,4 @@
-"""Issue 27, metrics by the conventions: the live /metrics pages of the real operator (on a
+"""Metrics by the conventions: the live /metrics pages of the real operator (on a
 control plane of its own, reconciling jobs in two namespaces) and of a real `kubegan run`
 worker pass `promtool check metrics` (the pinned Prometheus build's; it refuses `_total` on
 a gauge, among other rules), and kubegan_jobs counts jobs per namespace and phase."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from kubegan_trainer.contract import EPOCH, JOB_COST, JOBS
+from kubegan_api.contract import EPOCH, JOB_COST, JOBS
 from kubegan_trainer.ports import reserve_port
 
 from tests.cluster.test_helm_monitoring import start_run, stop

@@ -1,4 +1,4 @@
-"""The operator with Kubernetes' native gang scheduling (issue 25, acceptance 2): `kubegan
+"""The operator with Kubernetes' native gang scheduling: `kubegan
 operator --gang native` against a control plane with the GenericWorkload and GangScheduling
 gates on and scheduling.k8s.io/v1alpha2 served (hack/cluster-up.sh KUBEGAN_NATIVE_GANG=true),
 four KWOK nodes of 8 V100s.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubegan_trainer.contract import GANG_GATE, JOB_NAME_LABEL
+from kubegan_api.contract import GANG_GATE, JOB_NAME_LABEL
 from kubegan_trainer.ports import reserve_ports
 
 from tests.support.control_plane import OperatedCluster, PrivateCluster, private_control_plane

@@ -1,5 +1,5 @@
 """The local control plane can run Kubernetes 1.36's own gang scheduling (hack/cluster-up.sh
-KUBEGAN_NATIVE_GANG=true; issue 25): the apiserver serves scheduling.k8s.io/v1alpha2 PodGroups,
+KUBEGAN_NATIVE_GANG=true): the apiserver serves scheduling.k8s.io/v1alpha2 PodGroups,
 and the scheduler holds a gang's pods until the group's minCount exist, then binds them all."""
 
 from __future__ import annotations

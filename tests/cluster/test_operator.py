@@ -1,5 +1,5 @@
 """The operator against a real control plane: validation, placement, preemption, failures,
-restarts of the operator itself, and garbage collection (issue 3 acceptance)."""
+restarts of the operator itself, and garbage collection."""
 
 from __future__ import annotations
 
@@ -9,11 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubegan_operator.api.spec import GANTrainingJob
-from kubegan_operator.foundation.topology import build_inventory
-from kubegan_operator.placement.planner import plan
-from kubegan_operator.placement.render import render_pod
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ATTEMPT_LABEL,
     ENV_TPU_WORKER_ID,
     JOB_COST_RATE,
@@ -21,6 +17,10 @@ from kubegan_trainer.contract import (
     RECONCILE_DURATION,
     TORCH_MASTER_PORT,
 )
+from kubegan_api.spec import GANTrainingJob
+from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.placement.planner import plan
+from kubegan_operator.placement.render import render_pod
 
 from tests.support.kube import Kubectl, Operator, load_example, wait_for
 

@@ -1,5 +1,5 @@
 """The operator's state from watches, its triggers and its leader election, on the real
-control plane (issue 13): a node heartbeat reconciles nothing, a restarted operator plans
+control plane: a node heartbeat reconciles nothing, a restarted operator plans
 from complete caches and repeats nothing, and a killed leader is replaced within 15 s with
 no duplicate pod and no lost counter."""
 
@@ -13,12 +13,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
-from kubegan_trainer.contract import (
-    ATTEMPT_LABEL,
-    OPERATOR_LEADER,
-    PLANNED_NODE_ANNOTATION,
-    RECONCILES,
-)
+from kubegan_api.contract import ATTEMPT_LABEL, OPERATOR_LEADER, PLANNED_NODE_ANNOTATION, RECONCILES
 
 from tests.cluster.test_operator import (
     V100,

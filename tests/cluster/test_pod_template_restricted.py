@@ -1,4 +1,4 @@
-"""spec.podTemplate against a real apiserver (issue 27): workers of a job that sets every
+"""spec.podTemplate against a real apiserver: workers of a job that sets every
 podTemplate field are created in a namespace that enforces the `restricted` Pod Security
 level, and keep every field; whatever a template adds cannot take a worker beyond that level
 (a hostPath volume, even where the operator allows it, is refused by the namespace).
@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubegan_operator.api.spec import decode_job
+from kubegan_api import contract
+from kubegan_api.spec import decode_job
 from kubegan_operator.placement.planner import static_plan
 from kubegan_operator.placement.render import render_all
-from kubegan_trainer import contract
 
 from tests.support.cel_cases import merge_patch
 from tests.support.control_plane import PrivateCluster, private_control_plane

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kubegan_trainer.contract import JOB_NAME_LABEL
+from kubegan_api.contract import JOB_NAME_LABEL
 
 from tests.e2e.jobs import Nodes
 from tests.support.real_nodes import (
@@ -87,7 +87,7 @@ def trained(real_cluster: RealCluster, operator_release: str) -> dict[str, Watch
         digits_job(name, framework, EPOCHS[name])
         for name, framework in (("digits-torch", "pytorch"), ("digits-tf", "tensorflow"))
     ]
-    # The PyTorch job also carries a team's podTemplate (issue 27): an extra ConfigMap volume,
+    # The PyTorch job also carries a team's podTemplate: an extra ConfigMap volume,
     # its mount and an env variable, admitted in the `restricted` namespace like the rest.
     jobs[0]["spec"]["podTemplate"] = TEAM_TEMPLATE
     real_cluster.apply(TEAM_CONFIG, *jobs)

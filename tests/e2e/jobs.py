@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from kubegan_operator.api.podtemplate import CHECKPOINT_VOLUME
+from kubegan_api.contract import JOB_NAME_LABEL, WORKER_INDEX_LABEL
+from kubegan_api.reserved import CHECKPOINT_VOLUME
 from kubegan_trainer.bucketckpt import BucketCheckpoints, astuple
 from kubegan_trainer.checkpoint import CheckpointStore, Position, checkpoint_name
-from kubegan_trainer.contract import JOB_NAME_LABEL, WORKER_INDEX_LABEL
 from kubegan_trainer.torch_backend.loop import STATE_FILE
 from kubegan_trainer.torch_backend.payload import load_payload
 

@@ -1,4 +1,4 @@
-"""Acceptance 2 of the real-nodes issue: the chart, installed with the locally built operator
+"""The operator on real nodes: the chart, installed with the locally built operator
 image, runs the operator as its Deployment on a real node, in a namespace that enforces the
 `restricted` Pod Security Standard, with in-cluster config and the chart's ServiceAccount;
 its probes pass."""

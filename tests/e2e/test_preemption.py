@@ -1,4 +1,4 @@
-"""Spot preemption end to end on real nodes (issue 11): a node reclaimed the way GKE reclaims a
+"""Spot preemption end to end on real nodes: a node reclaimed the way GKE reclaims a
 spot VM, a drain, an application failure, the operator pod killed, and a job without a
 checkpoint volume. Every job here is applied with kubectl and runs in the images on the real
 nodes; the operator is the chart's Deployment.

@@ -1,4 +1,4 @@
-"""Checkpoints in a bucket on real nodes (issue 26, acceptance 2): the spot-reclaim scenario of
+"""Checkpoints in a bucket on real nodes: the spot-reclaim scenario of
 test_preemption.py with `spec.checkpoint.uri` on a real S3 server (moto) instead of the shared
 ReadWriteMany volume.
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubegan_operator.api.podtemplate import CHECKPOINT_VOLUME
+from kubegan_api.reserved import CHECKPOINT_VOLUME
 from kubegan_trainer import objstore
 from kubegan_trainer.bucketckpt import BucketCheckpoints
 from kubegan_trainer.checkpoint import Position, checkpoint_name

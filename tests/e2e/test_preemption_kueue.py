@@ -1,4 +1,4 @@
-"""Kueue on the real nodes (issue 25, acceptance 3): a job admitted through a real Kueue
+"""Kueue on the real nodes: a job admitted through a real Kueue
 v0.17.1 trains, is preempted by a higher-priority job, checkpoints on SIGTERM, waits to be
 admitted again and resumes from its checkpoint, ending bit for bit where the uninterrupted
 digits-torch run ended.
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubegan_trainer.contract import KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_LABEL
+from kubegan_api.contract import KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_LABEL
 
 from tests.e2e.jobs import Job, assert_bitwise_equal, final_weights, resumed_at
 from tests.support.control_plane import PrivateCluster

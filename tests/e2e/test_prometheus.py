@@ -1,4 +1,4 @@
-"""Metrics, real (issue 11): a real Prometheus (3.16, built from the Go module proxy with
+"""Metrics, real: a real Prometheus (3.16, built from the Go module proxy with
 kubernetes service discovery, which Debian's package lacks) finds the operator and the
 trainer's worker 0 through the apiserver (kubernetes service discovery, configured the way
 prometheus-operator configures it from the chart's ServiceMonitor and PodMonitor), scrapes
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from kubegan_trainer.contract import EPOCH, JOB_COST, JOB_COST_RATE, JOB_PREEMPTIONS
+from kubegan_api.contract import EPOCH, JOB_COST, JOB_COST_RATE, JOB_PREEMPTIONS
 
 from tests.e2e.jobs import Job, condition_true
 from tests.monitoring.prom import (

@@ -1,4 +1,4 @@
-"""Real-node sites side by side (issue 21): while the tier's own nodes (site `e2e`) are up, a
+"""Real-node sites side by side: while the tier's own nodes (site `e2e`) are up, a
 second control plane brings up a node on site `real`, the one `make cluster-up` uses. Both
 sites' nodes are Ready and run pods; in the host's network namespace each site listens only on
 its own bridge address, and on none of the ports a user's processes default to (the operator's

@@ -1,4 +1,4 @@
-"""Acceptance 3 of the real-nodes issue: a 2-worker PyTorch DDP digits job and a 2-worker
+"""Training on real nodes: a 2-worker PyTorch DDP digits job and a 2-worker
 TensorFlow MultiWorkerMirrored job, applied with kubectl, each run one worker per real node in
 the images built from the Dockerfile, rendezvous over pod DNS, train, write checkpoints and
 sample PNGs to the shared volume and succeed, while the operator (a pod itself) follows their
@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from kubegan_trainer.contract import ENV_MASTER_ADDR, ENV_TF_CONFIG
+from kubegan_api.contract import ENV_MASTER_ADDR, ENV_TF_CONFIG
 
 from tests.support.real_nodes import (
     CHECKPOINT_CLAIM,

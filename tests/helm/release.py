@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubegan_trainer.contract import JOB_COST_RATE, JOB_NAME_LABEL
+from kubegan_api.contract import JOB_COST_RATE, JOB_NAME_LABEL
 
 from tests.helm.chart import CHART, helm_bin
 from tests.helm.fake_nodes import POOL_LABEL, fake_nodes, toleration

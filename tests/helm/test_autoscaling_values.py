@@ -1,4 +1,4 @@
-"""The chart's autoscaling values (issue 24): declared pools reach the operator as a file it
+"""The chart's autoscaling values: declared pools reach the operator as a file it
 parses the same way `kubegan operator --node-pools` does, Karpenter's NodePools are read only
 when asked, and RBAC grows by exactly that one rule."""
 

@@ -73,7 +73,14 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert lines[lines.index("*")] == "*"  # deny by default ...
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     # ... then allow the packages (examples/models: the example custom models the images ship)
-    allowed_paths = {"pyproject.toml", "README.md", "operator", "trainer", "examples/models"}
+    allowed_paths = {
+        "pyproject.toml",
+        "README.md",
+        "api",
+        "operator",
+        "trainer",
+        "examples/models",
+    }
     assert allowed == allowed_paths | {"requirements"}  # the locked lists (hack/lock.sh)
     copied = set(re.findall(r"^COPY (?!--from)(.+) \S+$", DOCKERFILE.read_text(), re.M))
     for sources in copied:

@@ -1,4 +1,4 @@
-"""The chart's operator.gang (issue 25) reaches the operator as --gang, read by the operator's
+"""The chart's operator.gang reaches the operator as --gang, read by the operator's
 own parser; only `native` grants create/delete on scheduling.k8s.io podgroups (least
 privilege: the default never touches them); a value that is neither is refused by
 values.schema.json."""

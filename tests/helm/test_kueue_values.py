@@ -1,4 +1,4 @@
-"""The chart's kueue.defaultQueues (issue 25) reaches the operator as --default-queue, one per
+"""The chart's kueue.defaultQueues reaches the operator as --default-queue, one per
 namespace, and is read by the operator's own parser as the namespace -> LocalQueue map its
 jobs without a queue label of their own are handed to; a name that is not a DNS label is
 refused by values.schema.json."""

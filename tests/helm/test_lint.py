@@ -1,4 +1,4 @@
-"""Acceptance 1: `helm lint --strict` passes for every preset; the values schema rejects
+"""`helm lint --strict` passes for every preset; the values schema rejects
 unknown keys and wrong types (helm lint and helm template both fail, naming the key)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The release workflow (issue 27): actionlint passes on .github/workflows, and the chart's
+"""The release workflow: actionlint passes on .github/workflows, and the chart's
 default image references are exactly what .github/workflows/release.yml pushes, all from one
 version source, the chart's appVersion."""
 

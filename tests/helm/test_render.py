@@ -1,5 +1,5 @@
-"""Acceptance 1: `helm template` output validates against the Kubernetes 1.36 schemas, and the
-chart holds what DESIGN §4/§6 and issue 6 ask of it (one Recreate replica, probes, restricted
+"""`helm template` output validates against the Kubernetes 1.36 schemas, and the
+chart holds what DESIGN §4/§6 ask of it (one Recreate replica, probes, restricted
 security context, price table, images, monitors that match the worker pods)."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from kubegan_operator.api.loading import load_prices
-from kubegan_operator.api.pricing import DEFAULT_PRICES
-from kubegan_operator.api.spec import GANTrainingJob
-from kubegan_operator.placement.planner import static_plan
-from kubegan_operator.placement.render import render_pod
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ENV_TRAINER_IMAGE_TF,
     ENV_TRAINER_IMAGE_TORCH,
     JOB_NAME_LABEL,
     WORKER_INDEX_LABEL,
 )
+from kubegan_api.spec import GANTrainingJob
+from kubegan_operator.api.loading import load_prices
+from kubegan_operator.api.pricing import DEFAULT_PRICES
+from kubegan_operator.placement.planner import static_plan
+from kubegan_operator.placement.render import render_pod
 
 from tests.helm.chart import (
     AZURE_MANAGED_API,

@@ -1,4 +1,4 @@
-"""The chart's workers.identities (issue 26): a ServiceAccount per namespace for the workers
+"""The chart's workers.identities: a ServiceAccount per namespace for the workers
 of jobs naming none, with the annotations workload identity needs and no token mount; the
 operator's flags, read back by the operator's own parser; bad names refused by the schema."""
 

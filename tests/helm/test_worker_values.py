@@ -1,5 +1,5 @@
-"""The chart's workers.allowHostPath (issue 27) reaches the operator as the variable the API
-reads (kubegan_trainer.contract.ENV_ALLOW_HOST_PATH): off unless set, and a job's hostPath
+"""The chart's workers.allowHostPath reaches the operator as the variable the API
+reads (kubegan_api.contract.ENV_ALLOW_HOST_PATH): off unless set, and a job's hostPath
 volume is then judged as that operator judges it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubegan_operator.api.podtemplate import host_path_allowed
-from kubegan_trainer.contract import ENV_ALLOW_HOST_PATH
+from kubegan_api.contract import ENV_ALLOW_HOST_PATH
+from kubegan_api.reserved import host_path_allowed
 
 from tests.helm.chart import CHART, by_kind, helm, template
 

@@ -1,4 +1,4 @@
-"""Acceptance 4: the PrometheusRule's rules pass `promtool check rules`, and `promtool test
+"""The PrometheusRule's rules pass `promtool check rules`, and `promtool test
 rules` plays input series through them: the no-progress alert fires for a hung job and not
 for a slow or finished one; job-failed and over-budget fire as specified. Also every dashboard
 query is valid PromQL (checked offline as recording rules)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubegan_trainer.contract import EPOCH, JOB_COST, JOBS
+from kubegan_api.contract import EPOCH, JOB_COST, JOBS
 
 from tests.helm.chart import VALUES, values_args
 from tests.monitoring.prom import dashboard, panel_queries, promtool, rules_file

@@ -1,4 +1,4 @@
-"""An autoscaled cluster for kubegan (issue 24): a control plane of its own, Karpenter (KWOK
+"""An autoscaled cluster for kubegan: a control plane of its own, Karpenter (KWOK
 provider) with GPU NodePools at zero nodes, the CRD, and the operator planning on the NodePools
 (--karpenter). Shared by tests/cluster/test_autoscaling.py and bench/autoscale.py."""
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubegan_trainer.contract import JOB_NAME_LABEL
+from kubegan_api.contract import JOB_NAME_LABEL
 
 from tests.support.control_plane import PrivateCluster, private_control_plane
 from tests.support.karpenter import Karpenter, running_karpenter

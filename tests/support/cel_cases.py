@@ -1,4 +1,4 @@
-"""Every CEL rule of the CRD with a job it refuses and a job it accepts (issue 23).
+"""Every CEL rule of the CRD with a job it refuses and a job it accepts.
 
 One table, `CASES`: a rule is named by where the problem is reported and the rule's message
 (`spec.resources`, "exactly one of gpus, workers or tpu must be set"), and each example is a
@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubegan_operator.api.podtemplate import ENV_RULES, MOUNT_RULES, VOLUME_RULES
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     CHECKPOINT_ROOT,
     ENV_JOB_NAME,
     ENV_MASTER_ADDR,
@@ -32,7 +31,8 @@ from kubegan_trainer.contract import (
     TORCH_MASTER_PORT,
     TPU_WORKER_PORT,
 )
-from kubegan_trainer.model_options import unknown_reason
+from kubegan_api.model_options import unknown_reason
+from kubegan_api.podtemplate import ENV_RULES, MOUNT_RULES, VOLUME_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -130,7 +130,7 @@ _WIDENS = "would widen what a worker may do"
 _SECRET = {"secretKeyRef": {"name": "proxy", "key": "url"}}
 _POD = "spec.podTemplate.spec"
 
-# spec.podTemplate (issue 27): kubegan's own names and anything that widens a worker.
+# spec.podTemplate: kubegan's own names and anything that widens a worker.
 POD_TEMPLATE_CASES: tuple[CelCase, ...] = (
     CelCase(
         "spec.podTemplate.metadata.labels",

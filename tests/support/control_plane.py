@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubegan_trainer.contract import JOB_NAME_LABEL
+from kubegan_api.contract import JOB_NAME_LABEL
 from kubegan_trainer.ports import reserve_ports
 
 from tests.support.kube import Operator

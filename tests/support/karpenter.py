@@ -1,5 +1,5 @@
 """Karpenter (its KWOK cloud provider) as a process of this machine against a control plane of
-tests/support/control_plane.py: the autoscaler of the cluster tier (issue 24).
+tests/support/control_plane.py: the autoscaler of the cluster tier.
 
 Karpenter's KWOK provider creates Node objects annotated `kwok.x-k8s.io/node: fake`, exactly
 what hack/cluster-up.sh's KWOK controller manages (--manage-nodes-with-annotation-selector), so

@@ -1,5 +1,5 @@
 """Kueue as a process of this machine against a control plane of tests/support/control_plane.py:
-the queueing of the cluster tier (issue 25).
+the queueing of the cluster tier.
 
 Out of the cluster, Kueue cannot be reached through a Service, so it serves its webhooks on
 127.0.0.1 with a certificate made here (a CA of its own, a serving certificate for IP

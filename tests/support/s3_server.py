@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubegan_trainer.contract import ENV_AWS_ENDPOINT_URL
+from kubegan_api.contract import ENV_AWS_ENDPOINT_URL
 from kubegan_trainer.ports import reserve_port
 
 from tests.support.local_server import LocalServer

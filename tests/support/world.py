@@ -1,4 +1,4 @@
-"""One world of Kubernetes objects for the operator's unit tests (issue 23).
+"""One world of Kubernetes objects for the operator's unit tests.
 
 Nodes, pods and jobs are built once, as the apiserver returns them (`node`, `pod`,
 `pod_body`, `job_body`), and kept in a `World`: the objects (what the apiserver holds) and
@@ -25,13 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
-from kubegan_operator.api.spec import GANTrainingJobSpec
-from kubegan_operator.decide.reconcile import Decision, reconcile
-from kubegan_operator.decide.snapshot import JobSnapshot
-from kubegan_operator.foundation.progress import ProgressUpdate
-from kubegan_operator.placement.planner import Plan
-from kubegan_operator.runtime import cache, controller
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     CONTAINER_NAME,
     GANG_GATE,
     JOB_NAME_LABEL,
@@ -39,6 +33,12 @@ from kubegan_trainer.contract import (
     config_map_name,
     service_name,
 )
+from kubegan_api.spec import GANTrainingJobSpec
+from kubegan_operator.decide.reconcile import Decision, reconcile
+from kubegan_operator.decide.snapshot import JobSnapshot
+from kubegan_operator.foundation.progress import ProgressUpdate
+from kubegan_operator.placement.planner import Plan
+from kubegan_operator.runtime import cache, controller
 
 # ---- objects, as the apiserver returns them ---------------------------------------------------
 

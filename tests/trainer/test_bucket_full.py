@@ -1,4 +1,4 @@
-"""A store that fills up while the trainer checkpoints into it (issue 26): a real Azure Blob
+"""A store that fills up while the trainer checkpoints into it: a real Azure Blob
 server (Azurite, blobs kept on disk) whose files may not grow past a limit, as a full disk
 behaves. The checkpoint that does not fit is never taken as one (no manifest; a reader in a
 new folder resumes from the previous whole checkpoint), its local copy is kept, the retries
@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubegan_api.contract import ENV_TERMINATION_LOG
 from kubegan_trainer import objstore
 from kubegan_trainer.bucketckpt import BucketCheckpoints
 from kubegan_trainer.checkpoint import CheckpointStore, Position
 from kubegan_trainer.ckptsync import BucketBackedStore, finish_uploads
-from kubegan_trainer.contract import ENV_TERMINATION_LOG
 
 from tests.support.azurite import Azurite
 

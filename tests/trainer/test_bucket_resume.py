@@ -1,4 +1,4 @@
-"""Issue 26, acceptance 1: both frameworks checkpoint to a real S3 server (moto) and a run
+"""Resume from a bucket: both frameworks checkpoint to a real S3 server (moto) and a run
 stopped by SIGTERM resumes from the bucket into a NEW output folder (nothing local carried
 over), ending bitwise equal to an uninterrupted run (test_resume's check)."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import obstore
 import pytest
 import yaml
+from kubegan_api.contract import ENV_CHECKPOINT_URI, EXIT_INTERRUPTED
 from kubegan_trainer import objstore
-from kubegan_trainer.contract import ENV_CHECKPOINT_URI, EXIT_INTERRUPTED
 
 from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer.test_resume import CASES, _assert_same_state

@@ -1,4 +1,4 @@
-"""Checkpoints in a bucket (issue 26) against a real S3 server (moto, tests/support): the
+"""Checkpoints in a bucket against a real S3 server (moto, tests/support): the
 commit is create-only (two writers, one wins, the other says so), a checkpoint damaged in
 the bucket is moved under corrupt/ and the previous one used, keep-N pruning, resume into an
 empty folder, and every fault gives one line."""
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import obstore
 import pytest
+from kubegan_api.contract import ENV_AWS_ENDPOINT_URL, ENV_CHECKPOINT_URI
 from kubegan_trainer import objstore
 from kubegan_trainer.bucketckpt import BucketCheckpoints, CommitRefused
 from kubegan_trainer.checkpoint import CheckpointStore, Position
 from kubegan_trainer.ckptsync import BucketBackedStore, open_checkpoint_store
-from kubegan_trainer.contract import ENV_AWS_ENDPOINT_URL, ENV_CHECKPOINT_URI
 from kubegan_trainer.ports import reserve_port
 
 from tests.support.s3_server import S3Server, s3_server_fixture
@@ -294,7 +294,7 @@ def test_the_jobs_spec_names_the_bucket_and_its_endpoint(
 ) -> None:
     """spec.checkpoint.uri and .endpoint reach the store when the pod's variables are unset;
     the pod's own variables win."""
-    from kubegan_trainer.config import CheckpointSpec
+    from kubegan_api.sections import CheckpointSpec
 
     for key, value in s3.env().items():
         if key != ENV_AWS_ENDPOINT_URL:

@@ -8,8 +8,8 @@ import signal
 from pathlib import Path
 
 import pytest
+from kubegan_api.contract import CHECKPOINT_STEP, EPOCH
 from kubegan_trainer.checkpoint import CheckpointStore, Position
-from kubegan_trainer.contract import CHECKPOINT_STEP, EPOCH
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule
 from kubegan_trainer.metrics import METRIC_NAMES, EpochRecord, MetricsLog, TrainerMetrics
@@ -131,8 +131,8 @@ def test_metric_names_and_jsonl(tmp_path: Path) -> None:
 
 
 def test_pruning_keeps_good_checkpoints_and_moves_corrupt_ones_aside(tmp_path: Path) -> None:
-    """Issue 12: pruning deleted the oldest `keep` by name, good or not, so a damaged newer
-    checkpoint could push out the last good one, and damaged ones were deleted."""
+    """Before the fix, pruning deleted the oldest `keep` by name, good or not, so a damaged
+    newer checkpoint could push out the last good one, and damaged ones were deleted."""
     store = CheckpointStore(tmp_path, keep=1, warn=lambda _m: None)
     _write(store, Position(1, 0), b"good")
     # a checkpoint damaged on disk by someone else, newer than the good one
@@ -148,7 +148,7 @@ def test_pruning_keeps_good_checkpoints_and_moves_corrupt_ones_aside(tmp_path: P
 
 
 def test_torn_jsonl_line_hides_no_later_epoch(tmp_path: Path) -> None:
-    """Issue 12: a kill mid-write left a partial line; the next append was glued onto it
+    """Before the fix, a kill mid-write left a partial line; the next append was glued onto it
     and the reader stopped there, hiding every later epoch."""
     rec = EpochRecord(1, 1.0, 1.0, 1.0, 1.0, 0.0, 1, 1, 1)
     log = MetricsLog(tmp_path / "metrics.jsonl")

@@ -1,4 +1,4 @@
-"""Datasets streamed per rank (issue 26, data/stream.py): each rank reads only its own
+"""Datasets streamed per rank (data/stream.py): each rank reads only its own
 shards, dealt anew every epoch from the seed; a shard prefix in a real S3 server (moto)
 reads like the folder; memory per rank stays bounded while streaming (measured in a
 process of its own: peak RSS, streaming vs loading the whole set)."""

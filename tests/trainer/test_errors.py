@@ -1,4 +1,4 @@
-"""Acceptance 6: bad input is one clear line on stderr, a non-zero exit, nothing overwritten."""
+"""Bad input is one clear line on stderr, a non-zero exit, nothing overwritten."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from kubegan_trainer.contract import ENV_CONFIG, EXIT_USER_ERROR
+from kubegan_api.contract import ENV_CONFIG, EXIT_USER_ERROR
 
 from tests.trainer.util import config, run_workers, tiny_digits
 

@@ -1,4 +1,4 @@
-"""Issue 22, hardening: hostile files where the trainer and `kubegan run` read. Each class
+"""Hardening: hostile files where the trainer and `kubegan run` read. Each class
 failed on the code before the fix (a hang, a traceback, a user's files overwritten) and
 now gives one line naming what is wrong, a non-zero exit, and changes nothing."""
 

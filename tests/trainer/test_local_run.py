@@ -82,7 +82,7 @@ def test_two_local_workers_stop_on_sigterm_and_resume(tmp_path: Path) -> None:
         "d_loss",
         "cost",
         "$",
-        "class_accuracy",  # issue 14: GAN quality per epoch, in the summary too
+        "class_accuracy",  # GAN quality per epoch, in the summary too
         "feature_distance",
     ]
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

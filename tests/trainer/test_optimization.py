@@ -1,4 +1,4 @@
-"""Acceptance 3 (accumulation, clipping) and 4 (every model, fp32/bf16; fp16 + GradScaler),
+"""Gradient accumulation and clipping, and every model in fp32/bf16 (fp16 with GradScaler),
 in one process on a one-rank gloo group."""
 
 from __future__ import annotations

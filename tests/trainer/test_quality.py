@@ -1,4 +1,4 @@
-"""Acceptance 5: AC-GAN on digits, trained by the real 2-worker local runner, generates
+"""AC-GAN on digits, trained by the real 2-worker local runner, generates
 digits of the class it is asked for - judged by a classifier trained here on real digits.
 
 Honest numbers (this repo's 2-core CPU, seed 1): the classifier (logistic regression on

@@ -1,4 +1,4 @@
-"""Issue 14: does acceleration keep the results valid? The same small gan3d job trained
+"""Does acceleration keep the results valid? The same small gan3d job trained
 with 1 worker in fp32 and with 2 workers in bf16 (the same global batch, seed and data)
 must score the same physics within stated tolerances, epoch by epoch: sampling fraction
 against primary energy and the longitudinal and transverse shower shapes (quality.py,

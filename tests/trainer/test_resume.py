@@ -1,4 +1,4 @@
-"""Acceptance 2: SIGTERM mid-epoch, resume, and end bitwise-identical to an uninterrupted
+"""SIGTERM mid-epoch, resume, and end bitwise-identical to an uninterrupted
 run (1 worker and 2 workers, CPU, fixed seed)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from kubegan_trainer.contract import EXIT_INTERRUPTED
+from kubegan_api.contract import EXIT_INTERRUPTED
 
 from tests.trainer.util import config, run_workers
 

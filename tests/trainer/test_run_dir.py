@@ -1,4 +1,4 @@
-"""Issue 12, lost or damaged work in `kubegan run`: a run directory has one owner, a
+"""Lost or damaged work in `kubegan run`: a run directory has one owner, a
 foreign directory is never written, a changed job is not resumed silently, a silent
 worker crash is explained, and no worker outlives its launcher."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubegan_trainer.contract import ENV_OUTPUT_DIR
+from kubegan_api.contract import ENV_OUTPUT_DIR
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.local_run import run_local
 from kubegan_trainer.progress import read_progress

@@ -1,4 +1,4 @@
-"""Issue 12, code execution from data (PyTorch and framework-free parts): a planted
+"""Code execution from data (PyTorch and framework-free parts): a planted
 checkpoint and a hostile `model.entrypoint` run nothing; each is one line naming what
 is wrong."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from kubegan_api.contract import EXIT_USER_ERROR
 from kubegan_trainer.checkpoint import CheckpointStore, Position
-from kubegan_trainer.contract import EXIT_USER_ERROR
 from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import TrainerError
 

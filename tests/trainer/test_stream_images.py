@@ -1,4 +1,4 @@
-"""Image objects streamed per rank from a bucket (issue 26, `spec.data.uri` for image models):
+"""Image objects streamed per rank from a bucket (`spec.data.uri` for image models):
 every image object under the prefix is a shard of one example, decoded as the folder loader
 decodes it, dealt to the ranks from (seed, epoch) like the HDF5 shards; real S3 (moto), real
 two-rank training."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import obstore
 import pytest
+from kubegan_api.contract import EXIT_INTERRUPTED
 from kubegan_trainer import objstore
-from kubegan_trainer.contract import EXIT_INTERRUPTED
 from kubegan_trainer.data import files
 from kubegan_trainer.data.stream import image_plan, rank_shards
 from kubegan_trainer.errors import TrainerError

@@ -1,4 +1,4 @@
-"""Issue 26: the training loops stream `files` per rank (data/stream.py). Each rank trains
+"""The training loops stream `files` per rank (data/stream.py). Each rank trains
 only on the shards it is dealt for the epoch, from a real S3 server (moto) or a folder; a
 streamed run stopped by SIGTERM and resumed ends bitwise equal to an unbroken one; the
 rank's memory does not grow with the data set while it trains; and a missing bucket, a
@@ -17,8 +17,8 @@ import numpy as np
 import obstore
 import pytest
 import yaml
+from kubegan_api.contract import ENV_AWS_ENDPOINT_URL, EXIT_INTERRUPTED, EXIT_USER_ERROR
 from kubegan_trainer import objstore
-from kubegan_trainer.contract import ENV_AWS_ENDPOINT_URL, EXIT_INTERRUPTED, EXIT_USER_ERROR
 from kubegan_trainer.data.stream import ShardPlan, rank_shards
 from kubegan_trainer.errors import TrainerError
 

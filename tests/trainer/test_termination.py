@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kubegan_operator.foundation.podstate import exit_checkpoint
-from kubegan_trainer import termination
-from kubegan_trainer.checkpoint import Position
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     CONTAINER_NAME,
     ENV_TERMINATION_LOG,
     TERMINATION_MESSAGE_MAX,
     parse_termination_message,
 )
+from kubegan_operator.foundation.podstate import exit_checkpoint
+from kubegan_trainer import termination
+from kubegan_trainer.checkpoint import Position
 
 
 def test_names_the_checkpoint_in_the_file_kubernetes_made(

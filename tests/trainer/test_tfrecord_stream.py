@@ -1,4 +1,4 @@
-"""Issue 26: TFRecord shower shards streamed per rank from a bucket (and, for PyTorch, a
+"""TFRecord shower shards streamed per rank from a bucket (and, for PyTorch, a
 folder), read by data/tfrecord.py without TensorFlow: the bytes TensorFlow writes read back
 equal; both checksums and the Example's shape are checked, so a truncated, flipped or
 foreign shard ends the run in one line; an index that lies about a shard is caught; both
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kubegan_trainer.contract import EXIT_INTERRUPTED
+from kubegan_api.contract import EXIT_INTERRUPTED
 from kubegan_trainer.data.showers import SHAPE
 from kubegan_trainer.data.stream import ShardPlan, rank_shards
 from kubegan_trainer.data.tfrecord import SHARD_INDEX, frame

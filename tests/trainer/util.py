@@ -9,13 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.contract import (
-    ENV_CHECKPOINT_DIR,
-    ENV_CONFIG,
-    ENV_METRICS_PORT,
-    ENV_OUTPUT_DIR,
-)
+from kubegan_api.contract import ENV_CHECKPOINT_DIR, ENV_CONFIG, ENV_METRICS_PORT, ENV_OUTPUT_DIR
+from kubegan_api.sections import TrainerConfig
 
 from tests.trainer import hooked
 from tests.trainer.workers import launch_workers

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kubegan_trainer.config import TrainerConfig
+from kubegan_api.sections import TrainerConfig
 from kubegan_trainer.local_run import worker_environments
 
 

@@ -338,7 +338,7 @@ def cli_cases(draw: st.DrawFn) -> tuple[str, dict[str, str | bytes]]:
 def check_planner(spec_doc: Any, nodes: Any, pods: Any) -> None:
     """The planner on decoded objects: problems, never exceptions; capacity never negative
     nor more than the node has; a feasible plan uses distinct nodes that fit."""
-    from kubegan_operator.api.spec import decode_job
+    from kubegan_api.spec import decode_job
     from kubegan_operator.foundation.topology import build_inventory
     from kubegan_operator.placement.planner import plan
     from pydantic import ValidationError

@@ -1,14 +1,14 @@
-"""A job whose checkpoints live in a bucket (issue 26), as the operator renders and reports it:
+"""A job whose checkpoints live in a bucket, as the operator renders and reports it:
 no volume claim, the bucket in the trainer's config, credentials only by Secret reference."""
 
 from __future__ import annotations
 
 import json
 
-from kubegan_operator.api.spec import GANTrainingJob
+from kubegan_api.contract import BUCKET_CREDENTIAL_KEYS
+from kubegan_api.spec import GANTrainingJob
 from kubegan_operator.placement.planner import static_plan
 from kubegan_operator.placement.render import render_config_map, render_pod
-from kubegan_trainer.contract import BUCKET_CREDENTIAL_KEYS
 
 from tests.support.world import JobWorld, gan_job
 

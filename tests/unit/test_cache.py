@@ -1,6 +1,6 @@
 """The operator's view from its indexes (cache.py): the same inventory as listing the cluster,
 read-your-writes for its own status and pods, and the expectations that keep a lagging watch
-from making it act twice (issue 13)."""
+from making it act twice."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import asyncio
 import random
 from datetime import UTC, datetime, timedelta
 
+from kubegan_api.contract import GANG_GATE, JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 from kubegan_operator.foundation.topology import assemble_inventory, build_inventory, pod_usage
 from kubegan_operator.runtime import cache
-from kubegan_trainer.contract import GANG_GATE, JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
 from tests.support import world as n
 from tests.support.world import Indexes, job_body, pod_body

@@ -1,4 +1,4 @@
-"""A gang waiting for an autoscaler (issue 24): created whole and ungated, said to wait for
+"""A gang waiting for an autoscaler: created whole and ungated, said to wait for
 capacity, released after spec.scheduling.capacityTimeoutSeconds with backoff, never failed."""
 
 from __future__ import annotations

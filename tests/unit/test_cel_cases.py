@@ -1,4 +1,4 @@
-"""CEL and Python agree by construction (issue 23): every CEL rule of the generated CRD has a
+"""CEL and Python agree by construction: every CEL rule of the generated CRD has a
 refused and an accepted example in tests/support/cel_cases.py, and `kubegan validate` refuses
 the refused ones with the rule's path (and, where it says the rule's words, its message) and
 accepts the others. tests/cluster/test_cel_agreement.py holds the apiserver to the same."""
@@ -11,15 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubegan_operator.api.crd import crd
-from kubegan_operator.api.spec import (
-    CROSS_FIELD_RULES,
-    GANTrainingJobSpec,
-    framework_rules,
-    source_rules,
-)
-from kubegan_operator.entry.cli import main
-from kubegan_trainer.config import (
+from kubegan_api.rules import CROSS_FIELD_RULES, framework_rules, source_rules
+from kubegan_api.sections import (
     MODELS_BY_FRAMEWORK,
     SOURCES_BY_MODEL,
     DataSource,
@@ -28,6 +21,9 @@ from kubegan_trainer.config import (
     ModelName,
     ModelSpec,
 )
+from kubegan_api.spec import GANTrainingJobSpec
+from kubegan_operator.api.crd import crd
+from kubegan_operator.entry.cli import main
 
 from tests.support.cel_cases import CASES, Example, crd_rules, examples
 

@@ -1,4 +1,4 @@
-"""The contract (kubegan_trainer.contract) is the one place for what the operator and the
+"""The contract (kubegan_api.contract) is the one place for what the operator and the
 trainer share: no other module, test or benchmark writes one of its names or numbers as a
 literal; the chart's rules, dashboard and templates use only names it declares; the design
 page lists nothing it lacks; importing it pulls in no framework.
@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubegan_trainer import contract
+from kubegan_api import contract
 
 REPO = Path(__file__).resolve().parents[2]
-CONTRACT = REPO / "trainer" / "kubegan_trainer" / "contract.py"
-SCANNED = ("operator", "trainer", "tests", "bench")
+CONTRACT = REPO / "api" / "kubegan_api" / "contract.py"
+SCANNED = ("api", "operator", "trainer", "tests", "bench")
 CHART = REPO / "charts" / "kubegan"
 
 ENV_NAMES = {v for k, v in vars(contract).items() if k.startswith("ENV_")}
@@ -131,7 +131,7 @@ def literal_problems(path: Path) -> list[str]:
 
 def test_no_contract_name_or_number_is_written_outside_the_contract() -> None:
     problems = [p for path in _python_files() for p in literal_problems(path)]
-    assert not problems, "use kubegan_trainer.contract instead:\n" + "\n".join(problems)
+    assert not problems, "use kubegan_api.contract instead:\n" + "\n".join(problems)
 
 
 def test_the_grep_finds_what_it_looks_for(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_names_follow_the_rules() -> None:
 
 def test_importing_the_contract_pulls_in_no_framework() -> None:
     code = (
-        "import sys, kubegan_trainer.contract; "
+        "import sys, kubegan_api.contract; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'torch', 'tensorflow', 'pydantic', 'numpy', 'kubegan_operator'}))"
     )

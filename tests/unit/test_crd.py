@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubegan_api.rules import CROSS_FIELD_RULES
 from kubegan_operator.api.crd import crd_yaml
-from kubegan_operator.api.spec import CROSS_FIELD_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "gantrainingjobs.kubegan.io.yaml"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from kubegan_trainer.config import Framework, Strategy
+from kubegan_api.sections import Framework, Strategy
 from kubegan_trainer.distribution import DDP, MIRRORED, MULTI_WORKER, TPU, decide_strategy
 
 TF, TORCH = Framework.tensorflow, Framework.pytorch

@@ -1,4 +1,4 @@
-"""Failures the status explains (issue 27): a container that cannot start shows the kubelet's
+"""Failures the status explains: a container that cannot start shows the kubelet's
 reason and message; an image that cannot be pulled fails the job after
 runPolicy.imagePullTimeoutSeconds; the trainer's config exit code fails it at once."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubegan_api.contract import CONTAINER_NAME, EXIT_USER_ERROR, WORKER_INDEX_LABEL
 from kubegan_operator.foundation.podstate import Outcome, classify
-from kubegan_trainer.contract import CONTAINER_NAME, EXIT_USER_ERROR, WORKER_INDEX_LABEL
 
 from tests.support.world import JobWorld, gan_job, running_world
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubegan_api.contract import GANG_GATE, KUEUE_ADMISSION_GATE
 from kubegan_operator.foundation.podstate import is_gated, queued_by_kueue
 from kubegan_operator.runtime import cache
 from kubegan_operator.runtime.kube import gate_removal
-from kubegan_trainer.contract import GANG_GATE, KUEUE_ADMISSION_GATE
 
 OTHER = "example.com/other"
 

@@ -1,4 +1,4 @@
-"""Issue 22, hardening: the pure pieces that read what a user or a broken disk left behind
+"""Hardening: the pure pieces that read what a user or a broken disk left behind
 (checkpoint manifests, metrics rows, owner markers) and the CLI's messages. Each input
 below raised, hung or said something misleading before the fix."""
 

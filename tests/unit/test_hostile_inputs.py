@@ -1,4 +1,4 @@
-"""Issue 12, part A: hostile and careless input to the CLI and the planner. One test per class
+"""Hostile and careless input to the CLI and the planner. One test per class
 of problem; each failed on the code before the fix (a hang, a traceback, a wrong answer or a
 silent acceptance) and gives one line and a non-zero exit now."""
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 import yaml
+from kubegan_api.contract import ENV_COST_RATE_PER_HOUR
 from kubegan_operator.api.loading import LIST_LIMITS, InputError, load_prices, read_text
 from kubegan_operator.entry.cli import main
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.planner import plan, static_plan
-from kubegan_trainer.contract import ENV_COST_RATE_PER_HOUR
 
 from tests.support.world import node, pod
 from tests.unit.hostile import ALIAS_BOMB
@@ -353,7 +353,7 @@ def test_huge_cpu_request_passes_validate_and_plans(tmp_path: Path) -> None:
 
 
 def _spec(**resources: Any) -> Any:
-    from kubegan_operator.api.spec import GANTrainingJobSpec
+    from kubegan_api.spec import GANTrainingJobSpec
 
     return GANTrainingJobSpec.model_validate(
         {"framework": "pytorch", "model": {"name": "dcgan"}, "resources": resources}
@@ -400,7 +400,7 @@ def test_3x3_tpu_topology_is_refused_not_rounded_to_8_chips(tmp_path: Path) -> N
 def test_static_plan_never_rounds_a_slice_down() -> None:
     # A spec made in Python without validation (as a test or a future caller might):
     # the planner itself still refuses to turn 9 chips into 2 hosts of 4.
-    from kubegan_operator.api.spec import ResourcesSpec, TpuSpec
+    from kubegan_api.resources import ResourcesSpec, TpuSpec
 
     tpu = TpuSpec.model_construct(accelerator="tpu-v4-podslice", topology="3x3")
     spec = _spec(workers=1, gpusPerWorker=0).model_copy(

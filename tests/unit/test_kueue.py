@@ -1,4 +1,4 @@
-"""A job handed to Kueue (issue 25, DESIGN §9), through the pure reconcile and the renderer:
+"""A job handed to Kueue (DESIGN §9), through the pure reconcile and the renderer:
 its workers are one Kueue plain-pod group per attempt; while Kueue's admission gate holds
 them the job says QueuedByKueue with the queues and Kueue's words (Pending, not charged), and
 kubegan lifts only its own gate; Kueue's eviction of the gang counts a preemption, not a
@@ -13,6 +13,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubegan_api.contract import (
+    ATTEMPT_LABEL,
+    GANG_GATE,
+    KUEUE_ADMISSION_GATE,
+    KUEUE_FINALIZER,
+    KUEUE_POD_GROUP_COUNT_ANNOTATION,
+    KUEUE_POD_GROUP_LABEL,
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_LABEL,
+    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
+    KUEUE_TERMINATION_CONDITION,
+)
 from kubegan_operator.api.loading import InputError
 from kubegan_operator.entry.cli import build_parser
 from kubegan_operator.entry.main import default_queues
@@ -27,18 +39,6 @@ from kubegan_operator.foundation.timeutil import now_iso
 from kubegan_operator.runtime.cache import index_job_pod
 from kubegan_operator.runtime.kube import finalizer_removal
 from kubegan_operator.runtime.observe import KUEUE_READ_SECONDS
-from kubegan_trainer.contract import (
-    ATTEMPT_LABEL,
-    GANG_GATE,
-    KUEUE_ADMISSION_GATE,
-    KUEUE_FINALIZER,
-    KUEUE_POD_GROUP_COUNT_ANNOTATION,
-    KUEUE_POD_GROUP_LABEL,
-    KUEUE_PRIORITY_CLASS_LABEL,
-    KUEUE_QUEUE_LABEL,
-    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
-    KUEUE_TERMINATION_CONDITION,
-)
 
 from tests.support.world import JobWorld, RecordingKube, World, gan_job, node, pod_body
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubegan_api.spec import GANTrainingJobSpec
 from kubegan_operator.api.loading import load_job
 from kubegan_operator.api.pricing import DEFAULT_PRICES
-from kubegan_operator.api.spec import GANTrainingJobSpec
 from kubegan_operator.entry import cli
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.localplan import local_plan

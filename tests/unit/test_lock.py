@@ -57,7 +57,7 @@ def locked_for_this_machine(extras: list[str]) -> dict[str, str]:
 
 
 def test_venv_equals_the_lock() -> None:
-    """Acceptance 1 of issue 21: `uv pip list` of .venv is the lock, nothing more or less."""
+    """`uv pip list` of .venv is the lock, nothing more or less."""
     listed = subprocess.run(
         [uv(), "pip", "list", "--python", sys.executable, "--format", "json"],
         capture_output=True,

@@ -1,4 +1,4 @@
-"""`kubegan operator --gang native` (issue 25): a gang is one scheduling.k8s.io/v1alpha2
+"""`kubegan operator --gang native`: a gang is one scheduling.k8s.io/v1alpha2
 PodGroup per attempt, its workers join it instead of carrying kubegan's gate, and reconcile
 never lifts a gate for them: the scheduler holds them until all exist. The default stays
 kubegan's gate. (tests/cluster/test_native_gang.py runs it against a real scheduler.)"""
@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from kubegan_api.contract import ATTEMPT_LABEL, GANG_GATE, KUEUE_ADMISSION_GATE
 from kubegan_operator.decide.reconcile import Decision
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.entry.cli import build_parser, main
@@ -19,7 +20,6 @@ from kubegan_operator.placement.gang import (
     join_pod_group,
     pod_group_name,
 )
-from kubegan_trainer.contract import ATTEMPT_LABEL, GANG_GATE, KUEUE_ADMISSION_GATE
 
 from tests.support.world import PLAN, JobWorld, running_world
 from tests.support.world import gan_job as job

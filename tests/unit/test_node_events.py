@@ -1,4 +1,4 @@
-"""Node and pod events queue only the jobs they can affect (issue 13).
+"""Node and pod events queue only the jobs they can affect.
 
 KWOK and kubelets refresh node status all the time; with hundreds of jobs, reconciling every
 job on each refresh would be thousands of reconciles a minute for nothing. The kopf handlers

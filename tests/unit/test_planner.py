@@ -10,12 +10,13 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubegan_api.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
+from kubegan_api.resources import CostSpec
+from kubegan_api.spec import GANTrainingJobSpec
 from kubegan_operator.api.pricing import PriceTable
-from kubegan_operator.api.spec import CostSpec, GANTrainingJobSpec
 from kubegan_operator.entry.cli import main
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.planner import choose_gpu_shape, divisors_descending, plan
-from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 
 from tests.support.world import node, pod
 

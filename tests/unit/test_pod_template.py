@@ -1,4 +1,4 @@
-"""spec.podTemplate (issue 27): what a team adds reaches every worker, and nothing it adds
+"""spec.podTemplate: what a team adds reaches every worker, and nothing it adds
 overrides kubegan's names or widens what a worker may do. `kubegan validate` refuses each
 forbidden use with the field's path; tests/support/cel_cases.py holds the CRD (and, in the
 cluster tier, the real apiserver) to the same paths."""
@@ -11,13 +11,13 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from kubegan_operator.api.podtemplate import KUBEGAN_MOUNTS, RESERVED_ENV
-from kubegan_operator.api.spec import decode_job
+from kubegan_api import contract
+from kubegan_api.reserved import KUBEGAN_MOUNTS, RESERVED_ENV
+from kubegan_api.spec import decode_job
 from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.entry.cli import main
 from kubegan_operator.placement.planner import static_plan
 from kubegan_operator.placement.render import render_all
-from kubegan_trainer import contract
 
 from tests.support.cel_cases import merge_patch
 from tests.support.world import JobWorld, gan_job

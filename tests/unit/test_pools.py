@@ -1,4 +1,4 @@
-"""Autoscaled pools (issue 24): what a pool at zero nodes can add, and plans that use it."""
+"""Autoscaled pools: what a pool at zero nodes can add, and plans that use it."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubegan_api.contract import GANG_GATE
+from kubegan_api.spec import GANTrainingJob, GANTrainingJobSpec
 from kubegan_operator.api.loading import InputError, load_node_pools
-from kubegan_operator.api.spec import GANTrainingJob, GANTrainingJobSpec
 from kubegan_operator.foundation.pools import from_declared, from_nodepool
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.planner import plan
 from kubegan_operator.placement.render import render_pod
-from kubegan_trainer.contract import GANG_GATE
 
 from tests.support.world import node
 

@@ -94,7 +94,7 @@ def test_paired_scores_are_l1_and_psnr_of_generated_against_target() -> None:
 
 
 def test_pix2pix_is_scored_on_pairs_it_never_trains_on() -> None:
-    from kubegan_trainer.config import TrainerConfig
+    from kubegan_api.sections import TrainerConfig
     from kubegan_trainer.data.build import HELD_OUT_PAIRS, build_dataset, held_out_pairs
     from pydantic import ValidationError
 

@@ -7,6 +7,12 @@ import copy
 from datetime import timedelta
 
 import pytest
+from kubegan_api.contract import (
+    ATTEMPT_LABEL,
+    EXIT_INTERRUPTED,
+    WORKER_INDEX_LABEL,
+    termination_message,
+)
 from kubegan_operator.decide.reconcile import hourly, reconcile
 from kubegan_operator.foundation.cost import dollars_now
 from kubegan_operator.foundation.podstate import Outcome, classify
@@ -14,12 +20,6 @@ from kubegan_operator.foundation.progress import ProgressUpdate
 from kubegan_operator.foundation.timeutil import parse_time
 from kubegan_operator.placement.planner import Plan
 from kubegan_operator.runtime.cache import NOT_READY_GRACE_SECONDS
-from kubegan_trainer.contract import (
-    ATTEMPT_LABEL,
-    EXIT_INTERRUPTED,
-    WORKER_INDEX_LABEL,
-    termination_message,
-)
 
 from tests.support.world import PLAN, JobWorld, running_world
 from tests.support.world import gan_job as job

@@ -9,12 +9,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from kubegan_api import contract
 from kubegan_operator.api.loading import load_job
 from kubegan_operator.entry.cli import main
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.planner import Plan, plan
 from kubegan_operator.placement.render import render_all
-from kubegan_trainer import contract
 
 from tests.support.world import node
 

@@ -1,5 +1,5 @@
-"""A released gang whose planned node can no longer take a worker is planned again at once
-(issue 13): workers are pinned to their planned nodes, so the scheduler will not put them
+"""A released gang whose planned node can no longer take a worker is planned again at once:
+workers are pinned to their planned nodes, so the scheduler will not put them
 anywhere else, and waiting REPLAN_AFTER_SECONDS would only be lost time."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from kubegan_operator.api.spec import GANTrainingJob
+from kubegan_api.contract import PLANNED_NODE_ANNOTATION
+from kubegan_api.spec import GANTrainingJob
 from kubegan_operator.decide.reconcile import REPLAN_AFTER_SECONDS
 from kubegan_operator.foundation.topology import NodeInfo, node_capacity
 from kubegan_operator.placement.planner import Plan
 from kubegan_operator.placement.render import render_pod
 from kubegan_operator.placement.replan import PinnedWorker, unbindable
-from kubegan_trainer.contract import PLANNED_NODE_ANNOTATION
 
 from tests.support.world import PLAN, T0, Indexes, JobWorld, node, pod_body
 from tests.support.world import gan_job as job

@@ -1,4 +1,4 @@
-"""`Decision.requeue_after`: what only time changes is scheduled per job (issue 13), so the
+"""`Decision.requeue_after`: what only time changes is scheduled per job, so the
 operator needs no periodic reconcile of every job. Driven through the one job's world of
 tests/support/world.py, as test_reconcile is."""
 

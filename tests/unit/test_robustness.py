@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubegan_api.quantity import parse_quantity
 from kubegan_operator.api import loading
 from kubegan_operator.api.loading import InputError
 from kubegan_operator.entry.cli import main
-from kubegan_operator.foundation.topology import parse_quantity
 from kubegan_trainer.cluster_env import visible_gpus
 
 from tests.support.world import node

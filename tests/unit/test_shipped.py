@@ -1,4 +1,4 @@
-"""What ships in the images (operator/, trainer/, examples/models/: the Dockerfile) holds no
+"""What ships in the images (api/, operator/, trainer/, examples/models/: the Dockerfile) holds no
 test hooks: fault injection and test observation live in tests/ (tests/trainer/hooked.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("operator", "trainer", "examples/models")
+SHIPPED = ("api", "operator", "trainer", "examples/models")
 
 
 def test_the_shipped_code_reads_no_test_variables() -> None:

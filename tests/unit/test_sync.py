@@ -1,4 +1,4 @@
-"""One sync of a new job creates its gang and releases it (issue 13): the create answers prove
+"""One sync of a new job creates its gang and releases it: the create answers prove
 every worker exists, so the gates are lifted without waiting for the watch to show the pods
 and the job to come round the queue again. The controller runs over the indexes of a world
 (tests/support/world.py) and writes through its RecordingKube."""
@@ -10,9 +10,9 @@ import copy
 from typing import Any
 
 import pytest
-from kubegan_operator.api import spec as api
+from kubegan_api import spec as api
+from kubegan_api.contract import GANG_GATE
 from kubegan_operator.runtime import cache, controller
-from kubegan_trainer.contract import GANG_GATE
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.world import RecordingKube, World, job_body, node

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
+from kubegan_api.contract import TF_WORKER_PORT, TORCH_MASTER_PORT, TPU_WORKER_PORT
 from kubegan_operator.entry.cli import main
-from kubegan_trainer.contract import TF_WORKER_PORT, TORCH_MASTER_PORT, TPU_WORKER_PORT
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

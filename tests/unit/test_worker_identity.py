@@ -1,4 +1,4 @@
-"""A namespace's default worker identity (issue 26: bucket access by workload identity): the
+"""A namespace's default worker identity (bucket access by workload identity): the
 chart's workers.identities reaches the operator as --worker-identity NAMESPACE=SA and
 --worker-identity-label NAMESPACE=KEY=VALUE; a job naming no service account runs as the
 namespace's, with its labels; a job naming its own gets neither; the token stays unmounted;

@@ -1,4 +1,4 @@
-"""The work queue (issue 13): one entry per job, the earliest due time wins, a job is never
+"""The work queue: one entry per job, the earliest due time wins, a job is never
 handed to two workers at once, and one added while held comes back after `done()`."""
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kubegan_api.base import FIELD_PROBLEMS
+from kubegan_api.contract import CONFIG_FILE, ENV_CONFIG, EXIT_USER_ERROR
+from kubegan_api.sections import TrainerConfig
 from pydantic import ValidationError
 
 from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import FIELD_PROBLEMS, TrainerConfig
-from kubegan_trainer.contract import CONFIG_FILE, ENV_CONFIG, EXIT_USER_ERROR
 from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import regular_file_problem

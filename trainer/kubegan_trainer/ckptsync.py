@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubegan_api.contract import ENV_CHECKPOINT_URI
+from kubegan_api.sections import CheckpointSpec
+
 from kubegan_trainer import objstore, termination
 from kubegan_trainer.bucketckpt import BucketCheckpoints, CommitRefused, Remote
 from kubegan_trainer.checkpoint import CheckpointRef, CheckpointStore, Position, checkpoint_name
-from kubegan_trainer.config import CheckpointSpec
-from kubegan_trainer.contract import ENV_CHECKPOINT_URI
 from kubegan_trainer.errors import TrainerError
 
 log = logging.getLogger(__name__)

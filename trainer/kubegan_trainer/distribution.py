@@ -7,7 +7,7 @@ Pure and framework-free: the operator imports it without tensorflow.
 
 from __future__ import annotations
 
-from kubegan_trainer.config import Framework, Strategy
+from kubegan_api.sections import Framework, Strategy
 
 DDP = "ddp"  # PyTorch DistributedDataParallel, whatever spec.strategy says
 MIRRORED = "mirrored"  # one worker, its local devices

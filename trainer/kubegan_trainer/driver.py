@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from kubegan_api.contract import EXIT_INTERRUPTED
+from kubegan_api.sections import TrainerConfig
 
 from kubegan_trainer import termination
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.contract import EXIT_INTERRUPTED
 from kubegan_trainer.data.build import held_out_pairs
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.intervals import CheckpointSchedule

@@ -23,9 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env, visible_gpus
-from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     CHECKPOINT_SUBDIR,
     CONFIG_FILE,
     ENV_METRICS_ADDR,
@@ -33,6 +31,10 @@ from kubegan_trainer.contract import (
     EXIT_STOPPED,
     LOCAL_ADDR,
 )
+from kubegan_api.sections import TrainerConfig
+from kubegan_api.worker_env import WorkerTopology, build_worker_env
+
+from kubegan_trainer.cluster_env import visible_gpus
 from kubegan_trainer.lifeline import parent_death_hook
 from kubegan_trainer.metrics import METRICS_FILE, MetricsLog
 from kubegan_trainer.ports import reserve_port, reserve_ports

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubegan_api import contract
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
-from kubegan_trainer import contract
 from kubegan_trainer.files import read_regular
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from kubegan_trainer.contract import ENV_AWS_ENDPOINT_URL, ENV_CHECKPOINT_ENDPOINT
+from kubegan_api.contract import ENV_AWS_ENDPOINT_URL, ENV_CHECKPOINT_ENDPOINT
+
 from kubegan_trainer.errors import TrainerError
 
 log = logging.getLogger(__name__)

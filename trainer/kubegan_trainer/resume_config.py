@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubegan_trainer.contract import CHECKPOINT_SUBDIR, CONFIG_FILE
+from kubegan_api.contract import CHECKPOINT_SUBDIR, CONFIG_FILE
+
 from kubegan_trainer.errors import TrainerError
 
 HISTORY_FILE = "config-history.jsonl"
@@ -54,7 +55,7 @@ def _as_written_now(old: dict[str, Any]) -> dict[str, Any]:
     added since, which hold their defaults, so upgrading is not a change of job
     (spec.data.uri "unset -> ''" refused every resume). One that no longer validates is
     compared as it stands."""
-    from kubegan_trainer.config import TrainerConfig
+    from kubegan_api.sections import TrainerConfig
 
     try:
         return TrainerConfig.model_validate(old).to_api()

@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubegan_trainer.contract import CHECKPOINT_SUBDIR, CONFIG_FILE
+from kubegan_api.contract import CHECKPOINT_SUBDIR, CONFIG_FILE
+
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.files import file_kind
 

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kubegan_api.contract import ENV_TERMINATION_LOG, TERMINATION_LOG_PATH, termination_message
+
 from kubegan_trainer.checkpoint import Position
-from kubegan_trainer.contract import ENV_TERMINATION_LOG, TERMINATION_LOG_PATH, termination_message
 
 log = logging.getLogger(__name__)
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from kubegan_trainer.model_options import MODELS, Kind, Option, unknown_reason
-
-from kubegan_operator.api.spec import (
-    CROSS_FIELD_RULES,
-    DNS_1035_PATTERN,
-    FROZEN_ONCE_STARTED,
+from kubegan_api import cel
+from kubegan_api.base import DNS_1035_PATTERN, INT64_MAX, INT64_MIN
+from kubegan_api.conditions import ConditionType
+from kubegan_api.model_options import MODELS, Kind, Option, unknown_reason
+from kubegan_api.rules import CROSS_FIELD_RULES, FROZEN_ONCE_STARTED
+from kubegan_api.spec import (
     GROUP,
-    INT64_MAX,
-    INT64_MIN,
     KIND,
     MAX_NAME_LENGTH,
     PLURAL,
@@ -26,9 +24,8 @@ from kubegan_operator.api.spec import (
     SINGULAR,
     VERSION,
     GANTrainingJobSpec,
-    GANTrainingJobStatus,
 )
-from kubegan_operator.foundation import cel
+from kubegan_api.status import GANTrainingJobStatus
 
 # JSON Schema keywords the apiserver's structural schema does not take.
 _DROPPED_KEYS = {"title", "additionalProperties", "$defs", "examples"}
@@ -38,7 +35,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {
         "name": "Scheduling",
         "type": "string",
-        "jsonPath": '.status.conditions[?(@.type=="Unschedulable")].reason',
+        "jsonPath": f'.status.conditions[?(@.type=="{ConditionType.unschedulable}")].reason',
         "description": "Why the gang waits (NoFit, WaitingForCapacity, QueuedByKueue, ...) "
         "or that it was placed (Planned, Scheduled)",
     },
@@ -182,7 +179,7 @@ def model_schema(model: type, mode: str = "validation") -> dict[str, Any]:
     return _structural(_resolve(raw, raw.get("$defs", {})))
 
 
-# ---- spec.model.options, from the models' option table (kubegan_trainer.model_options) -----
+# ---- spec.model.options, from the models' option table (kubegan_api.model_options) ---------
 
 _OPENAPI_TYPES = {Kind.integer: "integer", Kind.number: "number", Kind.string: "string"}
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubegan_api.spec import API_VERSION, KIND, GANTrainingJob, decode_job
 from pydantic import ValidationError
 from yaml.composer import Composer
 from yaml.constructor import ConstructorError, SafeConstructor
@@ -29,7 +30,6 @@ from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStar
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
-from kubegan_operator.api.spec import API_VERSION, KIND, GANTrainingJob, decode_job
 from kubegan_operator.foundation.pools import PoolTemplate, from_declared
 
 MiB = 1 << 20

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from kubegan_api.quantity import parse_quantity
+from kubegan_api.resources import MAX_HOURLY_PRICE
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
-
-from kubegan_operator.api.spec import MAX_HOURLY_PRICE
-from kubegan_operator.foundation.topology import parse_quantity
 
 
 class _PriceFileModel(BaseModel):

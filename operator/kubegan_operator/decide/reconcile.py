@@ -19,27 +19,27 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from kubegan_trainer.contract import ATTEMPT_LABEL, KUEUE_QUEUE_LABEL, worker_name
-from pydantic import ValidationError
-
-from kubegan_operator.api.loading import validation_problems
-from kubegan_operator.api.podtemplate import PodTemplateSpec
-from kubegan_operator.api.spec import (
+from kubegan_api.conditions import ConditionType, Reason
+from kubegan_api.contract import ATTEMPT_LABEL, KUEUE_QUEUE_LABEL, worker_name
+from kubegan_api.podtemplate import PodTemplateSpec
+from kubegan_api.resources import CleanPodPolicy, RunPolicySpec
+from kubegan_api.spec import GANTrainingJob
+from kubegan_api.status import (
     CheckpointStatus,
-    CleanPodPolicy,
     Condition,
     CostStatus,
-    GANTrainingJob,
     GANTrainingJobStatus,
     Phase,
     PlacementStatus,
+    PodPhase,
     ProgressStatus,
-    RunPolicySpec,
 )
+from pydantic import ValidationError
+
+from kubegan_operator.api.loading import validation_problems
 from kubegan_operator.decide.snapshot import JobSnapshot, WorkerIdentity
 from kubegan_operator.foundation.cost import accrued
 from kubegan_operator.foundation.kueue import NO_WORKLOAD_YET
@@ -72,66 +72,6 @@ COST_ACCRUAL_SECONDS = 300.0
 # A released gang whose workers the scheduler still cannot bind after this long is planned
 # again (its plan went stale: other pods took the capacity meanwhile).
 REPLAN_AFTER_SECONDS = 120.0
-
-
-class ConditionType(StrEnum):
-    # Mutually exclusive, set only by transition(): which phase the job is in.
-    running = "Running"
-    restarting = "Restarting"
-    succeeded = "Succeeded"
-    failed = "Failed"
-    suspended = "Suspended"
-    # Independent of the phase.
-    unschedulable = "Unschedulable"
-    created = "Created"
-    checkpoints_persistent = "CheckpointsPersistent"
-    # False while a worker's container cannot start (image pull, missing Secret, ...).
-    containers_ready = "ContainersReady"
-
-
-class Reason(StrEnum):
-    """Condition and event reasons (CamelCase, as Kubernetes writes them)."""
-
-    suspended = "Suspended"
-    resumed = "Resumed"
-    deadline_exceeded = "DeadlineExceeded"
-    no_claim = "NoClaim"
-    claim_mounted = "ClaimMounted"
-    bucket_configured = "BucketConfigured"
-    no_fit = "NoFit"
-    waiting_for_capacity = "WaitingForCapacity"
-    scale_up_requested = "ScaleUpRequested"
-    capacity_arrived = "CapacityArrived"
-    capacity_timeout = "CapacityTimeout"
-    unschedulable = "Unschedulable"
-    planned = "Planned"
-    workers_created = "WorkersCreated"
-    finished = "Finished"
-    succeeded = "Succeeded"
-    running = "Running"
-    all_workers_running = "AllWorkersRunning"
-    scheduled = "Scheduled"
-    scheduler_waiting = "SchedulerWaiting"
-    replanning = "Replanning"
-    restarting = "Restarting"
-    preempted = "Preempted"
-    worker_failed = "WorkerFailed"
-    max_preemptions_exceeded = "MaxPreemptionsExceeded"
-    backoff_limit_exceeded = "BackoffLimitExceeded"
-    invalid_spec = "InvalidSpec"
-    queued_by_kueue = "QueuedByKueue"
-    checkpoint_not_committed = "CheckpointNotCommitted"
-    trainer_config_error = "TrainerConfigError"
-    containers_started = "ContainersStarted"
-    # The kubelet's own reasons, passed through when a container cannot start.
-    err_image_pull = "ErrImagePull"
-    image_pull_back_off = "ImagePullBackOff"
-    err_image_never_pull = "ErrImageNeverPull"
-    invalid_image_name = "InvalidImageName"
-    create_container_config_error = "CreateContainerConfigError"
-    create_container_error = "CreateContainerError"
-    crash_loop_back_off = "CrashLoopBackOff"
-    run_container_error = "RunContainerError"
 
 
 @dataclass
@@ -967,7 +907,7 @@ def _clean_pods(
         if (p.get("metadata") or {}).get("deletionTimestamp") and not _force(p, node_ready):
             continue
         phase = (p.get("status") or {}).get("phase")
-        ended = phase in ("Succeeded", "Failed")
+        ended = phase in (PodPhase.succeeded, PodPhase.failed)
         if policy == CleanPodPolicy.all or (policy == CleanPodPolicy.running and not ended):
             out.append((_name(p), _force(p, node_ready)))
     return out

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kubegan_operator.api.spec import GANTrainingJobSpec
+from kubegan_api.spec import GANTrainingJobSpec
+
 from kubegan_operator.foundation.kueue import QueueWait
 from kubegan_operator.foundation.progress import ProgressUpdate
 from kubegan_operator.placement.gang import GangMode

@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
-from kubegan_trainer.contract import EXIT_USER_ERROR, KUEUE_QUEUE_LABEL
+from kubegan_api.contract import EXIT_USER_ERROR, KUEUE_QUEUE_LABEL
+from kubegan_api.spec import GANTrainingJob
 
 from kubegan_operator import __version__
 from kubegan_operator.api.loading import InputError, load_job, load_objects, load_prices
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.api.spec import GANTrainingJob
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.gang import GangMode, held_natively
 from kubegan_operator.placement.localplan import local_plan

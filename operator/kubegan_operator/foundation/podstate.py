@@ -15,7 +15,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from kubegan_trainer.contract import (
+from kubegan_api.conditions import Reason
+from kubegan_api.contract import (
     CONTAINER_NAME,
     EXIT_INTERRUPTED,
     EXIT_MEANINGS,
@@ -28,6 +29,7 @@ from kubegan_trainer.contract import (
     parse_lost_work,
     parse_termination_message,
 )
+from kubegan_api.status import PodPhase
 
 from kubegan_operator.foundation.timeutil import parse_time
 
@@ -58,17 +60,19 @@ class Outcome(StrEnum):
 # Why a container has not started, as the kubelet says (state.waiting.reason): the job's
 # status shows them with the kubelet's message. Image pulls fail the job after
 # spec.runPolicy.imagePullTimeoutSeconds; an image name that can never parse, at once.
-IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"})
-NEVER_STARTS_REASONS = frozenset({"InvalidImageName"})
+IMAGE_PULL_REASONS = frozenset(
+    {Reason.err_image_pull, Reason.image_pull_back_off, Reason.err_image_never_pull}
+)
+NEVER_STARTS_REASONS = frozenset({Reason.invalid_image_name})
 WAITING_REASONS = (
     IMAGE_PULL_REASONS
     | NEVER_STARTS_REASONS
     | frozenset(
         {
-            "CreateContainerConfigError",
-            "CreateContainerError",
-            "CrashLoopBackOff",
-            "RunContainerError",
+            Reason.create_container_config_error,
+            Reason.create_container_error,
+            Reason.crash_loop_back_off,
+            Reason.run_container_error,
         }
     )
 )
@@ -133,13 +137,13 @@ def _outcome(
     disrupted = _disruption_target(pod)
     if disrupted is not None:
         return Outcome.disruption, disrupted
-    phase = (pod.get("status") or {}).get("phase", "Pending")
-    if phase == "Succeeded":
+    phase = (pod.get("status") or {}).get("phase", PodPhase.pending)
+    if phase == PodPhase.succeeded:
         return Outcome.succeeded, ""
     # Only the operator deletes pods of the current attempt (it bumps the attempt first).
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return Outcome.disruption, "deleted by someone other than the operator"
-    if phase == "Failed":
+    if phase == PodPhase.failed:
         return _failure(pod, node, node_ready)
     # A pod that has not ended is lost with its node, gone or NotReady (NotReady past the
     # grace `node_ready` already allows).
@@ -147,7 +151,7 @@ def _outcome(
         return Outcome.disruption, f"node {node} is gone"
     if node and not node_ready[node]:
         return Outcome.disruption, f"node {node} is NotReady"
-    if phase == "Running":
+    if phase == PodPhase.running:
         return Outcome.running, ""
     waiting = container_waiting(pod)
     if waiting is not None:

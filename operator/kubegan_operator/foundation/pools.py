@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from kubegan_api.quantity import parse_quantity
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubegan_operator.foundation.machines import NodeShape, machine_shape
@@ -26,7 +27,6 @@ from kubegan_operator.foundation.topology import (
     NodeInfo,
     Taint,
     is_spot,
-    parse_quantity,
 )
 
 NODEPOOL_LABEL = "karpenter.sh/nodepool"

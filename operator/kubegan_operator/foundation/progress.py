@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     CHECKPOINT_EPOCH,
     CHECKPOINT_STEP,
     CHECKPOINT_TIMESTAMP,

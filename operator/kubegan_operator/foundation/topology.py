@@ -6,13 +6,14 @@ apiserver. Labels and taints follow DESIGN §3 and the GKE/AKS conventions in RE
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
+from kubegan_api.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
+from kubegan_api.quantity import parse_quantity
+from kubegan_api.status import PodPhase
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -51,41 +52,8 @@ SPOT_TAINT_KEYS = (
     "kubernetes.azure.com/scalesetpriority",
 )
 
-_SUFFIXES = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-    "P": Decimal("1e15"), "E": Decimal("1e18"),
-    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
-}  # fmt: skip
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
-# The CRD's quantity pattern allows two exponent digits; the planner must compare all of them.
-MAX_EXPONENT = 99
 # More accelerators than any node has; a larger count in a node list is a broken file.
 MAX_DEVICES_PER_NODE = 65_536
-
-
-def parse_quantity(value: Any) -> Decimal:
-    """A Kubernetes quantity ("500m", "16Gi", 8) as a Decimal; ValueError if malformed."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"not a quantity: {value!r}")
-    m = _QUANTITY.match(str(value).strip())
-    if not m or (m.group(3) or "") not in _SUFFIXES:
-        raise ValueError(f"not a quantity: {value!r}")
-    try:
-        number = Decimal(m.group(1))
-        if m.group(2):
-            exponent = int(m.group(2)[1:])
-            if abs(exponent) > MAX_EXPONENT:
-                raise ValueError(f"not a quantity: {value!r} (exponent out of range)")
-            result = number * Decimal(10) ** exponent
-        else:
-            result = number * _SUFFIXES[m.group(3) or ""]
-    except (InvalidOperation, ArithmeticError):
-        raise ValueError(f"not a quantity: {value!r}") from None
-    if not result.is_finite():
-        raise ValueError(f"not a quantity: {value!r}")
-    return result
 
 
 @dataclass(frozen=True)
@@ -252,7 +220,10 @@ def _requests(spec: _PodSpec) -> dict[str, Decimal]:
 def pod_is_active(pod: Mapping[str, Any]) -> bool:
     """Pods that still hold their node's resources (not Succeeded/Failed)."""
     status = pod.get("status")
-    return not isinstance(status, Mapping) or status.get("phase") not in ("Succeeded", "Failed")
+    return not isinstance(status, Mapping) or status.get("phase") not in (
+        PodPhase.succeeded,
+        PodPhase.failed,
+    )
 
 
 def is_spot(labels: Mapping[str, str]) -> bool:
@@ -295,7 +266,7 @@ def pod_usage(raw: Mapping[str, Any], index: int = 0) -> PodUsage | str | None:
         return _problem(what, err)
     meta, spec = pod.metadata, pod.spec or _PodSpec()
     node_name = spec.node_name or (meta.annotations or {}).get(PLANNED_NODE_ANNOTATION)
-    if not node_name or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
+    if not node_name or (pod.status and pod.status.phase in (PodPhase.succeeded, PodPhase.failed)):
         return None
     try:
         req = _requests(spec)

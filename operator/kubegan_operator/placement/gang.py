@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from kubegan_trainer.contract import GANG_GATE
+from kubegan_api.contract import GANG_GATE
+from kubegan_api.spec import GANTrainingJob
 
-from kubegan_operator.api.spec import GANTrainingJob
 from kubegan_operator.placement.render import labels_for, owner_references
 
 POD_GROUP_API = "scheduling.k8s.io/v1alpha2"

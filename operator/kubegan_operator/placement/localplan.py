@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from kubegan_api.resources import PlacementSpec
+from kubegan_api.spec import GANTrainingJobSpec
+
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.api.spec import GANTrainingJobSpec, PlacementSpec
 from kubegan_operator.foundation.topology import Inventory, NodeInfo
 from kubegan_operator.placement.planner import Plan, plan
 

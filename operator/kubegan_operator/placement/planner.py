@@ -13,11 +13,13 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from kubegan_trainer.config import Strategy
+from kubegan_api.quantity import parse_quantity
+from kubegan_api.resources import SpotPolicy
+from kubegan_api.sections import Strategy
+from kubegan_api.spec import GANTrainingJobSpec
 from kubegan_trainer.distribution import decide_strategy
 
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable, WorkerRequest, cost_per_hour
-from kubegan_operator.api.spec import GANTrainingJobSpec, SpotPolicy
 from kubegan_operator.foundation.pools import (
     MAX_NEW_NODES,
     PoolTemplate,
@@ -32,7 +34,6 @@ from kubegan_operator.foundation.topology import (
     Inventory,
     NodeInfo,
     Taint,
-    parse_quantity,
 )
 
 MAX_LISTED = 6  # skipped nodes named in a reason before "and N more"

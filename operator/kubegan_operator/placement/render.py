@@ -10,11 +10,8 @@ import json
 import os
 from typing import Any
 
-from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env
-from kubegan_trainer.config import Framework
-
 # Label keys, names, paths and ports are the contract's; callers also find JOB_NAME_LABEL here.
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ATTEMPT_LABEL,
     BUCKET_CREDENTIAL_KEYS,
     CHECKPOINT_ROOT,
@@ -44,9 +41,8 @@ from kubegan_trainer.contract import (
     service_name,
     worker_name,
 )
-
-from kubegan_operator import __version__
-from kubegan_operator.api.podtemplate import (
+from kubegan_api.podtemplate import PodTemplateSpec
+from kubegan_api.reserved import (
     CHECKPOINT_VOLUME,
     CONFIG_VOLUME,
     DATA_VOLUME,
@@ -54,9 +50,13 @@ from kubegan_operator.api.podtemplate import (
     KUBEGAN_MOUNTS,
     SHM_VOLUME,
     TMP_VOLUME,
-    PodTemplateSpec,
 )
-from kubegan_operator.api.spec import API_VERSION, KIND, GANTrainingJob, SpotPolicy
+from kubegan_api.resources import SpotPolicy
+from kubegan_api.sections import Framework
+from kubegan_api.spec import API_VERSION, KIND, GANTrainingJob
+from kubegan_api.worker_env import WorkerTopology, build_worker_env
+
+from kubegan_operator import __version__
 from kubegan_operator.foundation.topology import (
     GPU_RESOURCE,
     HOSTNAME_LABEL,

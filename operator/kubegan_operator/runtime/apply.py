@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kubegan_api.conditions import Reason
 from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator.decide.reconcile import Decision, failed_status
@@ -156,9 +157,9 @@ class Applier:
         namespace, name = key
         message = f"the apiserver refused a worker: {_api_message(err)}"
         current = d.status or seen.job.get("status") or {}
-        failed = failed_status(current, "InvalidSpec", message, seen.now)
+        failed = failed_status(current, Reason.invalid_spec, message, seen.now)
         written = self.kube.patch_status(namespace, name, current, failed)
-        self.kube.event(seen.job, "Warning", "InvalidSpec", message)
+        self.kube.event(seen.job, "Warning", Reason.invalid_spec, message)
         created = [o["metadata"]["name"] for o in d.create if o.get("kind") == "Pod"]
         for pod in dict.fromkeys([*(_name(p) for p in seen.pods), *created]):
             self.kube.delete_pod(namespace, pod, False)

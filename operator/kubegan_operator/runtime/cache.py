@@ -27,7 +27,9 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from kubegan_trainer.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
+from kubegan_api.conditions import ConditionType, Reason
+from kubegan_api.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
+from kubegan_api.status import Phase
 
 from kubegan_operator.foundation.podstate import is_gated
 from kubegan_operator.foundation.timeutil import parse_time
@@ -536,12 +538,12 @@ class View:
         out = set()
         for key, store in self.jobs.items():
             status = (_one(store) or {}).get("status") or {}
-            if status.get("phase") in ("Succeeded", "Failed", "Suspended"):
+            if status.get("phase") in (Phase.succeeded, Phase.failed, Phase.suspended):
                 continue
             if any(
-                c.get("type") == "Unschedulable"
+                c.get("type") == ConditionType.unschedulable
                 and c.get("status") == "True"
-                and c.get("reason") == "NoFit"
+                and c.get("reason") == Reason.no_fit
                 for c in status.get("conditions") or []
             ):
                 out.add(key)

@@ -27,11 +27,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kubegan_trainer.contract import JOB_NAME_LABEL
+from kubegan_api.contract import JOB_NAME_LABEL
+from kubegan_api.spec import GROUP, KIND, PLURAL, VERSION
+from kubegan_api.status import Phase, PodPhase
 from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.api.spec import GROUP, KIND, PLURAL, VERSION, Phase
 from kubegan_operator.decide.reconcile import Decision, kueue_finalizers_due, reconcile
 from kubegan_operator.decide.snapshot import JobSnapshot, WorkerIdentity
 from kubegan_operator.foundation import heap
@@ -162,7 +163,7 @@ class Controller:
             self.queue.add((meta.get("namespace", ""), job))
         node = (body.get("spec") or {}).get("nodeName")
         phase = (body.get("status") or {}).get("phase")
-        if node and (event_type == "DELETED" or phase in ("Succeeded", "Failed")):
+        if node and (event_type == "DELETED" or phase in (PodPhase.succeeded, PodPhase.failed)):
             self._queue_waiting(CAPACITY_SETTLE_SECONDS)
 
     def node_event(self, event_type: str, body: Mapping[str, Any]) -> bool:

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import yaml
-from kubegan_trainer.contract import GANG_GATE, KUEUE_FINALIZER
+from kubegan_api.contract import GANG_GATE, KUEUE_FINALIZER
+from kubegan_api.spec import GROUP, KIND, PLURAL, VERSION
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from kubegan_operator.api.spec import GROUP, KIND, PLURAL, VERSION
 from kubegan_operator.placement.gang import POD_GROUP_API, POD_GROUP_KIND, POD_GROUP_PLURAL
 
 log = logging.getLogger("kubegan.kube")

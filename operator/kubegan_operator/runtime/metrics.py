@@ -7,10 +7,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from kubegan_trainer import contract
+from kubegan_api import contract
+from kubegan_api.status import Phase
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kubegan_operator.api.spec import Phase
 from kubegan_operator.foundation.cost import dollars_now
 
 REGISTRY = CollectorRegistry()

@@ -12,16 +12,17 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ATTEMPT_LABEL,
     KUEUE_POD_GROUP_LABEL,
     KUEUE_QUEUE_LABEL,
     config_map_name,
     service_name,
 )
+from kubegan_api.spec import GANTrainingJobSpec
+from kubegan_api.status import Phase
 
 from kubegan_operator.api.pricing import PriceTable
-from kubegan_operator.api.spec import GANTrainingJobSpec, Phase
 from kubegan_operator.decide.snapshot import JobSnapshot, Planner, WorkerIdentity
 from kubegan_operator.foundation.kueue import QueueWait, queue_wait
 from kubegan_operator.foundation.podstate import queued_by_kueue

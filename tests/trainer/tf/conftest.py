@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from kubegan_trainer.contract import ENV_TF_LOGICAL_CPUS
+from kubegan_api.contract import ENV_TF_LOGICAL_CPUS
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ[ENV_TF_LOGICAL_CPUS] = "2"

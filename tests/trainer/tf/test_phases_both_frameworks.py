@@ -1,4 +1,4 @@
-"""Issue 14, acceptance 2: gan3d's phase list is one declaration (kubegan_trainer.phases)
+"""gan3d's phase list is one declaration (kubegan_trainer.phases)
 that both frameworks execute: the same optimizer updates in the same order, the CERN 3DGAN
 schedule (D on real, D on fake, two G updates with fresh noise)."""
 

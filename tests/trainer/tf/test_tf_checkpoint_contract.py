@@ -1,4 +1,4 @@
-"""Issue 14, one checkpoint contract: TensorFlow writes into the same atomic, manifested,
+"""One checkpoint contract: TensorFlow writes into the same atomic, manifested,
 checksummed store as PyTorch (`kubegan_trainer.checkpoint`), and a checkpoint torn on
 purpose falls back exactly as a PyTorch one does
 (tests/trainer/test_errors.py::test_corrupt_latest_falls_back_to_previous_with_a_warning)."""
@@ -49,7 +49,8 @@ def test_torn_tensorflow_checkpoint_falls_back_like_a_pytorch_one(
 def test_a_tensorflow_manifest_of_the_wrong_shape_falls_back_too(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 22: a manifest that parses but is a list was AttributeError in the worker."""
+    """Before the fix, a manifest that parses but is a list was AttributeError in the
+    worker."""
     assert trainer(tf_config("dcgan", epochs=2, stepsPerEpoch=2), tmp_path).fit() == 0
     ckpts = tmp_path / "checkpoints"
     (ckpts / "ckpt-000002-00000000" / "manifest.json").write_text('[{"epoch": 2}]')

@@ -1,4 +1,4 @@
-"""Acceptance 6: gan3d on synthetic showers learns the physics it is conditioned on.
+"""gan3d on synthetic showers learns the physics it is conditioned on.
 
 The ECAL sum a calorimeter records is proportional to the primary energy (sampling
 fraction). At initialisation the generator's total deposited energy ignores the energy

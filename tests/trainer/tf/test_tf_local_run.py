@@ -1,4 +1,4 @@
-"""Acceptance 7: `kubegan run` (the local runner) of a 2-worker tensorflow job works like
+"""`kubegan run` (the local runner) of a 2-worker tensorflow job works like
 the PyTorch one: progress, SIGTERM stops both workers with a checkpoint, running again
 resumes, metrics/samples/summary are written."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubegan_trainer.contract import ENV_TF_LOGICAL_CPUS
+from kubegan_api.contract import ENV_TF_LOGICAL_CPUS
 from kubegan_trainer.progress import read_progress
 
 from tests.trainer.tf.tfutil import REPO

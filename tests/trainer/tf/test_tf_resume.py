@@ -1,4 +1,4 @@
-"""Acceptance 2 and 5: MultiWorkerMirroredStrategy with 2 worker processes (TF_CONFIG
+"""MultiWorkerMirroredStrategy with 2 worker processes (TF_CONFIG
 from build_worker_env) ends with identical weights on both workers; SIGTERM mid-epoch
 then resume continues at the saved step with no repeated or skipped batches (1 worker
 with 2 replicas in process, and 2 worker processes), ending where an uninterrupted run
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kubegan_trainer.contract import EXIT_INTERRUPTED
+from kubegan_api.contract import EXIT_INTERRUPTED
 from kubegan_trainer.driver import Hooks
 
 from tests.trainer.tf.tfutil import RunResult, run_workers, tf_config, trainer

@@ -1,4 +1,4 @@
-"""Issue 12, code execution from data (TensorFlow): a planted checkpoint and a hostile
+"""Code execution from data (TensorFlow): a planted checkpoint and a hostile
 `model.entrypoint` run nothing; each is one line naming what is wrong."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubegan_api.contract import EXIT_USER_ERROR
 from kubegan_trainer.checkpoint import Position
-from kubegan_trainer.contract import EXIT_USER_ERROR
 from kubegan_trainer.errors import TrainerError
 
 from tests.trainer.tf.tfutil import run_workers, tf_config, trainer

@@ -1,4 +1,4 @@
-"""Acceptance 1, 3, 4: MirroredStrategy over 2 logical CPUs trains every model; strategy
+"""MirroredStrategy over 2 logical CPUs trains every model; strategy
 tpu without a TPU fails fast with one clear line; fp16 dynamic loss scaling skips an
 overflowing step and halves the scale."""
 

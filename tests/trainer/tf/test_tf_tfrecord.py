@@ -44,7 +44,7 @@ def test_gan3d_trains_from_tfrecord_shards(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_fifo_among_the_shards_is_refused_by_name(tmp_path: Path) -> None:
-    """Issue 22: TensorFlow opens shards by name; a FIFO blocked it until killed."""
+    """TensorFlow opens shards by name; before the fix a FIFO blocked it until killed."""
     write_shower_shards(synthetic_showers(4, seed=3), tmp_path, num_shards=2)
     fifo = tmp_path / "z.tfrecord"
     os.mkfifo(fifo)
@@ -69,7 +69,7 @@ def test_a_fifo_among_the_shards_is_refused_by_name(tmp_path: Path) -> None:
     ],
 )
 def test_a_malformed_shard_index_means_counting_the_shards(tmp_path: Path, index: str) -> None:
-    """Issue 22: an index of the wrong shape raised AttributeError/ValueError."""
+    """Before the fix, an index of the wrong shape raised AttributeError/ValueError."""
     shards = write_shower_shards(synthetic_showers(6, seed=3), tmp_path, num_shards=2)
     path = tmp_path / SHARD_INDEX
     path.unlink()

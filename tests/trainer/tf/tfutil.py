@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ENV_CHECKPOINT_DIR,
     ENV_CONFIG,
     ENV_METRICS_PORT,
     ENV_OUTPUT_DIR,
     ENV_TF_LOGICAL_CPUS,
 )
+from kubegan_api.sections import TrainerConfig
+from kubegan_trainer.cluster_env import ClusterEnv
 
 from tests.trainer import hooked
 from tests.trainer.workers import launch_workers

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
+from kubegan_api.sections import CheckpointSpec
 
 from kubegan_trainer.checkpoint import CheckpointRef, CheckpointStore, Position
 from kubegan_trainer.ckptsync import open_checkpoint_store
-from kubegan_trainer.config import CheckpointSpec
 from kubegan_trainer.errors import TrainerError
 
 log = logging.getLogger("kubegan_trainer")

@@ -7,8 +7,9 @@ import os
 import threading
 from pathlib import Path
 
+from kubegan_api.sections import DataSource, MixedPrecision, ModelName, TrainerConfig
+
 from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import DataSource, MixedPrecision, ModelName, TrainerConfig
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.signals import StopFlag
 

@@ -35,12 +35,12 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
+from kubegan_api.sections import TrainerConfig
 
 from kubegan_trainer import driver
 from kubegan_trainer.checkpoint import Position
 from kubegan_trainer.ckptsync import finish_uploads
 from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.signals import StopFlag

@@ -10,8 +10,7 @@ So the optimizers here skip their own reduction; the loop hands them reduced gra
 from __future__ import annotations
 
 import keras
-
-from kubegan_trainer.config import MixedPrecision, OptimizerName, OptimizerSpec
+from kubegan_api.sections import MixedPrecision, OptimizerName, OptimizerSpec
 
 
 class _PreReduced:

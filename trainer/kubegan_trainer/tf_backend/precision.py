@@ -12,8 +12,7 @@ Outputs and losses are float32 in every model (their last layers set dtype="floa
 from __future__ import annotations
 
 import keras
-
-from kubegan_trainer.config import MixedPrecision
+from kubegan_api.sections import MixedPrecision
 
 POLICIES = {
     MixedPrecision.none: "float32",

@@ -20,15 +20,15 @@ import os
 from dataclasses import dataclass
 
 import tensorflow as tf
-
-from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ENV_TF_CONFIG,
     ENV_TF_LOGICAL_CPUS,
     ENV_TPU_WORKER_HOSTNAMES,
     ENV_TPU_WORKER_ID,
 )
+from kubegan_api.sections import TrainerConfig
+
+from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.distribution import MIRRORED, MULTI_WORKER, TPU, decide_strategy
 from kubegan_trainer.errors import TrainerError
 

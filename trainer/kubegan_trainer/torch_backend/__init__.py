@@ -16,15 +16,16 @@ import sys
 from datetime import timedelta
 from types import FrameType
 
-from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import TrainerConfig
-from kubegan_trainer.contract import (
+from kubegan_api.contract import (
     ENV_MASTER_ADDR,
     ENV_MASTER_PORT,
     ENV_NNODES,
     ENV_NPROC_PER_NODE,
     EXIT_USER_ERROR,
 )
+from kubegan_api.sections import TrainerConfig
+
+from kubegan_trainer.cluster_env import ClusterEnv
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.signals import StopFlag
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from kubegan_api.sections import TrainerConfig
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
@@ -42,12 +43,11 @@ from kubegan_trainer import driver
 from kubegan_trainer.checkpoint import CheckpointStore, Position
 from kubegan_trainer.ckptsync import finish_uploads, open_checkpoint_store
 from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.config import TrainerConfig
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.data.stream import ShardPlan
 from kubegan_trainer.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
 from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.model_options import settings
+from kubegan_trainer.model_settings import settings
 from kubegan_trainer.signals import StopFlag
 from kubegan_trainer.torch_backend import rng
 from kubegan_trainer.torch_backend.models import Batch, GanTask

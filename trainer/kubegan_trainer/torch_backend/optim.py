@@ -6,9 +6,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from kubegan_api.sections import OptimizerName, OptimizerSpec
 from torch import nn
-
-from kubegan_trainer.config import OptimizerName, OptimizerSpec
 
 
 def optimizer_class_and_kwargs(

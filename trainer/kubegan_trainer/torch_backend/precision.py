@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
-
-from kubegan_trainer.config import MixedPrecision
+from kubegan_api.sections import MixedPrecision
 
 DTYPES = {MixedPrecision.fp16: torch.float16, MixedPrecision.bf16: torch.bfloat16}
 

@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from kubegan_trainer.model_options import require_labels, settings
+from kubegan_trainer.model_settings import require_labels, settings
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
     RngRef,

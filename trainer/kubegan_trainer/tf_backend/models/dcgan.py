@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from kubegan_trainer.model_options import conv_levels, settings
+from kubegan_trainer.model_settings import conv_levels, settings
 from kubegan_trainer.tf_backend.models.base import (
     Batch,
     RngRef,

@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from kubegan_trainer.model_options import settings
+from kubegan_trainer.model_settings import settings
 from kubegan_trainer.phases import GAN3D
 from kubegan_trainer.tf_backend.models.base import (
     Batch,

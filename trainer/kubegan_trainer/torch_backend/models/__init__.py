@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kubegan_trainer.config import ModelName, TrainerConfig
+from kubegan_api.sections import ModelName, TrainerConfig
+
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.errors import TrainerError
 from kubegan_trainer.torch_backend.models.base import Batch, GanTask

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.model_options import require_labels, settings
+from kubegan_trainer.model_settings import require_labels, settings
 from kubegan_trainer.torch_backend.models.base import (
     Batch,
     GanTask,

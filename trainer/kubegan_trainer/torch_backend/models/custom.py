@@ -14,7 +14,7 @@ from torch import nn
 
 from kubegan_trainer.entrypoints import load_entrypoint
 from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.model_options import settings
+from kubegan_trainer.model_settings import settings
 from kubegan_trainer.torch_backend.models.base import GanTask
 from kubegan_trainer.torch_backend.models.dcgan import UnconditionalTask
 

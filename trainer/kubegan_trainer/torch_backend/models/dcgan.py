@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.model_options import conv_levels, settings
+from kubegan_trainer.model_settings import conv_levels, settings
 from kubegan_trainer.torch_backend.models.base import (
     Batch,
     GanTask,

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from kubegan_trainer.model_options import settings
+from kubegan_trainer.model_settings import settings
 from kubegan_trainer.phases import GAN3D
 from kubegan_trainer.torch_backend.models.base import Batch, GanTask, randn
 

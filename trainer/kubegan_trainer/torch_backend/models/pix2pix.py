@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.model_options import settings
+from kubegan_trainer.model_settings import settings
 from kubegan_trainer.torch_backend.models.base import Batch, GanTask, bce_logits, dcgan_init
 
 

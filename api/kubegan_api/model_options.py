@@ -2,8 +2,9 @@
 
 One table says, for each model, the options it reads: name, type, range, default and a
 one-line meaning. `kubegan validate` and the operator check a job against it (through
-`config.ModelSpec`), the CRD's schema and CEL rules are generated from it
-(`kubegan_operator.api.crd`), and the trainer's builders read their settings through it. So a
+`sections.ModelSpec`), the CRD's schema and CEL rules are generated from it
+(`kubegan_operator.api.crd`), and the trainer's builders read their settings through it
+(`kubegan_trainer.model_settings`). So a
 value `validate` accepts is one every worker can build and train: the ranges are where the
 architectures stop working (powers of two, enough pixels for the discriminator's strides)
 or where memory stops being sane (widths, latent sizes, synthetic data held in memory).
@@ -24,8 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-
-from kubegan_trainer.errors import TrainerError
 
 OPTIONS_PATH = "spec.model.options"
 # 3DGAN loss weights [BCE, MAPE(energy), MAE(angle), MAPE(ECAL)], as the public code has.
@@ -336,7 +335,7 @@ def unknown_reason(model: str) -> str:
     return f"unknown option for model {model}; known: {', '.join(MODELS[model].names())}"
 
 
-def _values(table: ModelOptions, options: Mapping[str, Any]) -> dict[str, Any]:
+def option_values(table: ModelOptions, options: Mapping[str, Any]) -> dict[str, Any]:
     """Every option of the table: the given value, or the default when unset (or null)."""
     return {
         o.name: o.default if options.get(o.name) is None else options[o.name] for o in table.options
@@ -359,25 +358,12 @@ def option_problems(model: str, options: Mapping[str, Any]) -> list[Problem]:
             problems.append((name, spec.rule))
     if problems:
         return problems
-    values = _values(table, options)
+    values = option_values(table, options)
     return [p for rule in table.rules for p in rule(model, values)]
 
 
 def problem_lines(problems: list[Problem]) -> list[str]:
     return [f"{OPTIONS_PATH}.{name}: {reason}" for name, reason in problems]
-
-
-def settings(model: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options `model` reads, defaults filled in. Builders read them through here, so a
-    model built from options that were never validated (a script, a test) is refused with
-    the message `kubegan validate` gives, before anything is allocated."""
-    problems = option_problems(model, options)
-    if problems:
-        raise TrainerError("; ".join(problem_lines(problems)))
-    values = _values(MODELS[model], options)
-    if "numSamples" in values and values["numSamples"] is None:
-        values["numSamples"] = DEFAULT_SAMPLES[data_kind(model, options)]
-    return values
 
 
 def options_markdown() -> str:
@@ -405,16 +391,3 @@ def options_markdown() -> str:
 
 def _default_cell(option: Option) -> str:
     return option.default_text or f"`{json.dumps(option.default)}`"
-
-
-def conv_levels(image_size: int) -> int:
-    """Number of stride-2 stages between 4x4 and image_size."""
-    return int(math.log2(image_size)) - 2
-
-
-def require_labels(num_classes: int) -> None:
-    if num_classes < 2:
-        raise TrainerError(
-            "spec.model.name: acgan needs labelled data (digits, synthetic, or an image "
-            "folder with one sub-folder per class)"
-        )

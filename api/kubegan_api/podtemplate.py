@@ -10,112 +10,22 @@ by the CRD's CEL alike: every rule here is one `Rule`, which is both.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Annotated, Any
 
-from kubegan_trainer.cluster_env import WorkerTopology, build_worker_env
-from kubegan_trainer.config import ApiModel
-from kubegan_trainer.contract import (
-    CHECKPOINT_ROOT,
-    CONFIG_DIR,
-    DATA_ROOT,
-    ENV_ALLOW_HOST_PATH,
-    ENV_PREFIX,
-    JOB_NAME_LABEL,
-    KUEUE_QUEUE_LABEL,
-)
 from pydantic import Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
-from kubegan_operator.foundation import cel
-
-# ---- kubegan's own names, which a template cannot take ------------------------------------
-
-# A worker's own volumes and where the trainer mounts them; render.worker_volumes builds them
-# from this table, so what is refused here is exactly what a worker has.
-CONFIG_VOLUME = "config"
-TMP_VOLUME = "tmp"
-SHM_VOLUME = "dshm"
-CHECKPOINT_VOLUME = "checkpoints"
-DATA_VOLUME = "data"
-TMP_DIR = "/tmp"
-# The trainer's $HOME, which the operator sets: the root filesystem is read-only.
-HOME_ENV = ("HOME", TMP_DIR)
-KUBEGAN_MOUNTS: dict[str, str] = {
-    CONFIG_VOLUME: CONFIG_DIR,
-    TMP_VOLUME: TMP_DIR,
-    SHM_VOLUME: "/dev/shm",
-    CHECKPOINT_VOLUME: CHECKPOINT_ROOT,
-    DATA_VOLUME: DATA_ROOT,
-}
-
-
-def _worker_env_names() -> tuple[str, ...]:
-    """Every variable the operator sets on a worker that is not under ENV_PREFIX (those are
-    all refused): the frameworks' own, read off build_worker_env for each kind of worker."""
-    names: set[str] = {HOME_ENV[0]}
-    for framework, tpu in (("pytorch", False), ("tensorflow", False), ("tensorflow", True)):
-        topology = WorkerTopology("j", "ns", framework, tpu, ["h:1", "g:1"], 0, 1, "", "", "", 1, 0)
-        names.update(build_worker_env(topology))
-    return tuple(sorted(n for n in names if not n.startswith(ENV_PREFIX)))
-
-
-RESERVED_ENV = _worker_env_names()
-# Keys kubegan and Kueue own on a worker; a job joins a Kueue queue by its own labels.
-RESERVED_KEY_PREFIXES = tuple(
-    key.split("/", 1)[0] + "/" for key in (JOB_NAME_LABEL, KUEUE_QUEUE_LABEL)
+from kubegan_api import cel
+from kubegan_api.base import ApiModel
+from kubegan_api.cel import Rule, cel_rules, check
+from kubegan_api.contract import ENV_PREFIX
+from kubegan_api.reserved import (
+    KUBEGAN_MOUNTS,
+    RESERVED_ENV,
+    RESERVED_KEY_PREFIXES,
+    VOLUME_SOURCES,
+    host_path_allowed,
 )
-VOLUME_SOURCES = (
-    "configMap",
-    "secret",
-    "emptyDir",
-    "persistentVolumeClaim",
-    "csi",
-    "projected",
-    "ephemeral",
-    "hostPath",
-)
-
-
-def host_path_allowed() -> bool:
-    """The operator's switch (the chart's workers.allowHostPath); read at each validation, so
-    `KUBEGAN_ALLOW_HOST_PATH=true kubegan validate` judges a job as such an operator does."""
-    return os.environ.get(ENV_ALLOW_HOST_PATH, "") == "true"
-
-
-# ---- rules: one check, in Python and in CEL --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A rule on one object: `cel` with self = that object, `holds` the same in Python."""
-
-    field_path: str  # CEL's fieldPath relative to the object ("" for the object itself)
-    message: str
-    cel: str
-    holds: Callable[[Any], bool]
-
-
-def cel_rules(*rules: Rule) -> dict[str, Any]:
-    """The model_config entry that puts `rules` on the object's schema in the CRD."""
-    return {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {"rule": r.cel, "message": r.message}
-                | ({"fieldPath": r.field_path} if r.field_path else {})
-                for r in rules
-            ]
-        }
-    }
-
-
-def check(obj: Any, rules: Iterable[Rule]) -> None:
-    """Raise every broken rule as the spec's cross-field errors are (loading._describe)."""
-    broken = [(r.field_path, r.message) for r in rules if not r.holds(obj)]
-    if broken:
-        raise PydanticCustomError("cross_field", "{rules}", {"rules": broken})
 
 
 def _has_prefix(keys: Iterable[str]) -> bool:

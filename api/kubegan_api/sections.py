@@ -1,9 +1,5 @@
-"""The training sections of a GANTrainingJob, shared by the operator and the trainer.
-
-Pure pydantic, no framework import: the operator and `kubegan validate` load this
-without torch or tensorflow. Field names are camelCase in YAML/JSON (DESIGN §2);
-Python attributes are snake_case.
-"""
+"""The training sections of a GANTrainingJob (framework, model, data, training, checkpoint,
+monitoring), and TrainerConfig: the part of a job the trainer reads."""
 
 from __future__ import annotations
 
@@ -13,39 +9,24 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from kubegan_trainer.contract import CHECKPOINT_ROOT, DATA_ROOT, METRICS_PORT
-from kubegan_trainer.model_options import option_problems, problem_lines
+from kubegan_api.base import (
+    ENTRYPOINT_PATTERN,
+    FIELD_PROBLEMS,
+    INT64_MAX,
+    INT64_MIN,
+    ApiModel,
+    BucketUriText,
+    ObjectName,
+    S3Endpoint,
+)
+from kubegan_api.contract import CHECKPOINT_ROOT, DATA_ROOT, METRICS_PORT
+from kubegan_api.model_options import option_problems, problem_lines
 
-# The apiserver's integers are int64: a larger number in a job can never reach a cluster.
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 # model.options is free-form JSON; bounded so that walking it never recurses too deeply.
 MAX_OPTIONS_DEPTH = 64
-# The pydantic error type for problems below the validated object: its context holds `rules`,
-# (sub-path, message) pairs that `kubegan validate` prints one line each (operator's
-# loading.py), and `message`, the same lines joined, which the trainer prints.
-FIELD_PROBLEMS = "cross_field"
-
-
-class ApiModel(BaseModel):
-    """Base for every API section: camelCase aliases, unknown fields rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        validate_default=True,
-        allow_inf_nan=False,
-        use_enum_values=False,
-    )
-
-    def to_api(self) -> dict[str, Any]:
-        """The camelCase JSON form, as it appears in YAML and in the trainer's config file."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class Framework(StrEnum):
@@ -102,28 +83,6 @@ SOURCES_BY_MODEL: dict[ModelName, frozenset[DataSource]] = {
     ModelName.acgan: frozenset(DataSource),
     ModelName.custom: frozenset(DataSource),
 }
-
-# A PersistentVolumeClaim name (DNS-1123 subdomain), or empty for none.
-CLAIM_NAME_PATTERN = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-ENTRYPOINT_PATTERN = r"^$|^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
-# A bucket URI (issue 26): scheme, then a bucket or container name as the three clouds allow
-# them, then an optional prefix (the trainer's objstore.parse_uri checks the same).
-BUCKET_URI_PATTERN = r"^$|^(s3|gs|az)://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/[^\s]*)?$"
-ENDPOINT_PATTERN = r"^$|^https?://[^\s/]+(/[^\s]*)?$"
-
-# The constraints of the volume, bucket and Secret fields that the data and checkpoint
-# sections both have, written once so that the two cannot drift apart (the CRD's schema is
-# generated from them); each field still gives its own default and description.
-ObjectName = Annotated[str, Field(max_length=253, pattern=CLAIM_NAME_PATTERN)]
-BucketUriText = Annotated[str, Field(max_length=1024, pattern=BUCKET_URI_PATTERN)]
-S3Endpoint = Annotated[
-    str,
-    Field(
-        max_length=1024,
-        pattern=ENDPOINT_PATTERN,
-        description="An S3-compatible store's endpoint (s3:// URIs only).",
-    ),
-]
 
 
 class ModelSpec(ApiModel):

@@ -1,10 +1,14 @@
 """CEL text written from Python values, so that a CRD rule names the very values the pydantic
-validator beside it reads (an enum member, a table's entries) and the two cannot drift."""
+validator beside it reads (an enum member, a table's entries) and the two cannot drift; and
+`Rule`, one check on an object written both ways."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic_core import PydanticCustomError
 
 
 def literal(value: Any) -> str:
@@ -41,3 +45,33 @@ def none_of(field: str, values: Iterable[Any]) -> str:
     if len(values) == 1:
         return f"{field} != {literal(values[0])}"
     return f"!({one_of(field, values)})"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule on one object: `cel` with self = that object, `holds` the same in Python."""
+
+    field_path: str  # CEL's fieldPath relative to the object ("" for the object itself)
+    message: str
+    cel: str
+    holds: Callable[[Any], bool]
+
+
+def cel_rules(*rules: Rule) -> dict[str, Any]:
+    """The model_config entry that puts `rules` on the object's schema in the CRD."""
+    return {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {"rule": r.cel, "message": r.message}
+                | ({"fieldPath": r.field_path} if r.field_path else {})
+                for r in rules
+            ]
+        }
+    }
+
+
+def check(obj: Any, rules: Iterable[Rule]) -> None:
+    """Raise every broken rule as the spec's cross-field errors are (loading._describe)."""
+    broken = [(r.field_path, r.message) for r in rules if not r.holds(obj)]
+    if broken:
+        raise PydanticCustomError("cross_field", "{rules}", {"rules": broken})

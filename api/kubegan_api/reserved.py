@@ -1,0 +1,68 @@
+"""The names kubegan gives a worker pod itself (volumes, mount paths, environment variables,
+label and annotation prefixes), which spec.podTemplate cannot take."""
+
+from __future__ import annotations
+
+import os
+
+from kubegan_api.contract import (
+    CHECKPOINT_ROOT,
+    CONFIG_DIR,
+    DATA_ROOT,
+    ENV_ALLOW_HOST_PATH,
+    ENV_PREFIX,
+    JOB_NAME_LABEL,
+    KUEUE_QUEUE_LABEL,
+)
+from kubegan_api.worker_env import WorkerTopology, build_worker_env
+
+# A worker's own volumes and where the trainer mounts them; render.worker_volumes builds them
+# from this table, so what is refused here is exactly what a worker has.
+CONFIG_VOLUME = "config"
+TMP_VOLUME = "tmp"
+SHM_VOLUME = "dshm"
+CHECKPOINT_VOLUME = "checkpoints"
+DATA_VOLUME = "data"
+TMP_DIR = "/tmp"
+# The trainer's $HOME, which the operator sets: the root filesystem is read-only.
+HOME_ENV = ("HOME", TMP_DIR)
+KUBEGAN_MOUNTS: dict[str, str] = {
+    CONFIG_VOLUME: CONFIG_DIR,
+    TMP_VOLUME: TMP_DIR,
+    SHM_VOLUME: "/dev/shm",
+    CHECKPOINT_VOLUME: CHECKPOINT_ROOT,
+    DATA_VOLUME: DATA_ROOT,
+}
+
+
+def _worker_env_names() -> tuple[str, ...]:
+    """Every variable the operator sets on a worker that is not under ENV_PREFIX (those are
+    all refused): the frameworks' own, read off build_worker_env for each kind of worker."""
+    names: set[str] = {HOME_ENV[0]}
+    for framework, tpu in (("pytorch", False), ("tensorflow", False), ("tensorflow", True)):
+        topology = WorkerTopology("j", "ns", framework, tpu, ["h:1", "g:1"], 0, 1, "", "", "", 1, 0)
+        names.update(build_worker_env(topology))
+    return tuple(sorted(n for n in names if not n.startswith(ENV_PREFIX)))
+
+
+RESERVED_ENV = _worker_env_names()
+# Keys kubegan and Kueue own on a worker; a job joins a Kueue queue by its own labels.
+RESERVED_KEY_PREFIXES = tuple(
+    key.split("/", 1)[0] + "/" for key in (JOB_NAME_LABEL, KUEUE_QUEUE_LABEL)
+)
+VOLUME_SOURCES = (
+    "configMap",
+    "secret",
+    "emptyDir",
+    "persistentVolumeClaim",
+    "csi",
+    "projected",
+    "ephemeral",
+    "hostPath",
+)
+
+
+def host_path_allowed() -> bool:
+    """The operator's switch (the chart's workers.allowHostPath); read at each validation, so
+    `KUBEGAN_ALLOW_HOST_PATH=true kubegan validate` judges a job as such an operator does."""
+    return os.environ.get(ENV_ALLOW_HOST_PATH, "") == "true"
