@@ -41,10 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kubegan_api.contract import ENV_CHECKPOINT_URI, EXIT_INTERRUPTED  # noqa: E402
-from kubegan_trainer import objstore  # noqa: E402
-from kubegan_trainer.bucketckpt import BucketCheckpoints  # noqa: E402
-from kubegan_trainer.checkpoint import CheckpointStore, Position  # noqa: E402
-from kubegan_trainer.torch_backend.models.gan3d import build_gan3d  # noqa: E402
+from kubegan_trainer.backends.torch.models.gan3d import build_gan3d  # noqa: E402
+from kubegan_trainer.storage import objstore  # noqa: E402
+from kubegan_trainer.storage.bucket import BucketCheckpoints  # noqa: E402
+from kubegan_trainer.storage.folder import CheckpointStore  # noqa: E402
+from kubegan_trainer.storage.store import Position  # noqa: E402
 
 from tests.support.s3_server import S3Server  # noqa: E402
 from tests.trainer.test_data_stream import peak, write_shards  # noqa: E402

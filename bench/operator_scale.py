@@ -68,10 +68,13 @@ from kubegan_operator.foundation.topology import (  # noqa: E402
     node_capacity,
     pod_usage,
 )
-from kubegan_operator.placement.planner import Plan, plan  # noqa: E402
-from kubegan_operator.placement.render import node_affinity, render_pod  # noqa: E402
-from kubegan_operator.runtime.cache import FreeCapacity, index_node  # noqa: E402
-from kubegan_trainer.ports import reserve_ports  # noqa: E402
+from kubegan_operator.manifests.affinity import node_affinity  # noqa: E402
+from kubegan_operator.manifests.pods import render_pod  # noqa: E402
+from kubegan_operator.placement.plan import Plan  # noqa: E402
+from kubegan_operator.placement.planner import plan  # noqa: E402
+from kubegan_operator.runtime.free_capacity import FreeCapacity  # noqa: E402
+from kubegan_operator.runtime.indexes import index_node  # noqa: E402
+from kubegan_trainer.launch.ports import reserve_ports  # noqa: E402
 
 from tests.support.control_plane import cluster_up  # noqa: E402
 

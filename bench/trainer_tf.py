@@ -71,10 +71,10 @@ def run_case(model: str, strategy: str, precision: str, steps: int) -> dict:
     """One case in this process: kubegan's step, then the plain loop."""
     os.environ[ENV_TF_LOGICAL_CPUS] = "2" if strategy == "mirrored-2cpu" else ""
     import tensorflow as tf
-    from kubegan_trainer.cluster_env import ClusterEnv
-    from kubegan_trainer.signals import StopFlag
-    from kubegan_trainer.tf_backend.entry import build_trainer
-    from kubegan_trainer.tf_backend.models import build_task
+    from kubegan_trainer.backends.tf.entry import build_trainer
+    from kubegan_trainer.backends.tf.models import build_task
+    from kubegan_trainer.worker.cluster_env import ClusterEnv
+    from kubegan_trainer.worker.signals import StopFlag
 
     gpu = bool(tf.config.list_physical_devices("GPU"))
     cfg = _config(model, precision, gpu)
@@ -95,7 +95,7 @@ def run_case(model: str, strategy: str, precision: str, steps: int) -> dict:
 
     # The plain loop: same networks (fresh, no strategy), same per-replica batch, one
     # device, RMSprop, the task's own losses and phases.
-    task = build_task(cfg, t.source.kind, t.source.image_shape, t.source.num_classes)
+    task = build_task(cfg, t.source)
     gen = tf.random.Generator.from_seed(1)
     task.rng.gen = gen
     opt_g, opt_d = tf.keras.optimizers.RMSprop(1e-3), tf.keras.optimizers.RMSprop(1e-3)

@@ -22,12 +22,12 @@ import torch
 import torch.distributed as dist
 from kubegan_api.contract import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, ENV_OUTPUT_DIR
 from kubegan_api.sections import TrainerConfig
-from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.backends.torch import rng
+from kubegan_trainer.backends.torch.loop import DistInfo, GanTrainer
+from kubegan_trainer.backends.torch.models import build_task
 from kubegan_trainer.data import build_dataset
-from kubegan_trainer.signals import StopFlag
-from kubegan_trainer.torch_backend import rng
-from kubegan_trainer.torch_backend.loop import DistInfo, GanTrainer
-from kubegan_trainer.torch_backend.models import build_task
+from kubegan_trainer.worker.cluster_env import ClusterEnv
+from kubegan_trainer.worker.signals import StopFlag
 
 CPU_CASES = {
     "dcgan": ({"imageSize": 32, "ngf": 64, "ndf": 64}, "digits", 32),

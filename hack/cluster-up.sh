@@ -100,9 +100,9 @@ start_proc() {  # start_proc <name> <binary> args...
 # as a client: a connect probe would call that "free"), but connections of a cluster stopped a
 # moment ago that are still closing (TIME_WAIT; FIN-WAIT-1 towards a removed real node) do
 # not: they do not keep the component from binding. The one port helper of the repo decides
-# (trainer/kubegan_trainer/ports.py).
+# (trainer/kubegan_trainer/launch/ports.py).
 port_free() {
-  python3 "$REPO_ROOT/trainer/kubegan_trainer/ports.py" --check "$1" --host 127.0.0.1 --reuse-addr 2>/dev/null
+  python3 "$REPO_ROOT/trainer/kubegan_trainer/launch/ports.py" --check "$1" --host 127.0.0.1 --reuse-addr 2>/dev/null
 }
 require_port_free() {  # require_port_free <port> <what>
   port_free "$1" || die "port $1 ($2) is in use by another process; set ${3} to another port or run hack/cluster-down.sh"

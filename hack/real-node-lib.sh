@@ -45,7 +45,7 @@ COREDNS_DIR="$STATE_ROOT/coredns"              # CoreDNS runs on the host, at $H
 # CoreDNS's health and ready endpoints, on $HOST_BRIDGE_IP only: ports no common server
 # defaults to (CoreDNS's own 8080/8181 made `kubegan operator`'s liveness port, 8080 on every
 # address, fail beside a dev cluster) and below the port helper's range (>= 20000,
-# trainer/kubegan_trainer/ports.py), so nothing the repo starts is handed them.
+# trainer/kubegan_trainer/launch/ports.py), so nothing the repo starts is handed them.
 COREDNS_HEALTH_PORT=18053
 COREDNS_READY_PORT=18054
 SHARED_DIR="$STATE_ROOT/shared"                # hostPaths of the ReadWriteMany checkpoint volumes,

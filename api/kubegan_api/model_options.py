@@ -4,7 +4,7 @@ One table says, for each model, the options it reads: name, type, range, default
 one-line meaning. `kubegan validate` and the operator check a job against it (through
 `sections.ModelSpec`), the CRD's schema and CEL rules are generated from it
 (`kubegan_operator.api.crd`), and the trainer's builders read their settings through it
-(`kubegan_trainer.model_settings`). So a
+(`kubegan_trainer.base.model_settings`). So a
 value `validate` accepts is one every worker can build and train: the ranges are where the
 architectures stop working (powers of two, enough pixels for the discriminator's strides)
 or where memory stops being sane (widths, latent sizes, synthetic data held in memory).

@@ -1,6 +1,6 @@
 """The worker environment (DESIGN §4) as the operator and `kubegan run` build it: one
 variable per contract name (kubegan_api.contract); the trainer parses it back
-(kubegan_trainer.cluster_env)."""
+(kubegan_trainer.worker.cluster_env)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def test_chart_trainer_images_reach_the_renderer(cluster: Kubectl, release: Rele
         for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     code = (
-        "from kubegan_operator.placement.render import DEFAULT_IMAGES; "
+        "from kubegan_operator.manifests.container import DEFAULT_IMAGES; "
         "print(DEFAULT_IMAGES['pytorch'], DEFAULT_IMAGES['tensorflow'])"
     )
     out = subprocess.run(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubegan_trainer.ports import reserve_port
+from kubegan_trainer.launch.ports import reserve_port
 
 from tests.helm.fake_nodes import POOL_LABEL, fake_nodes, toleration
 from tests.monitoring.prom import Prometheus, chart_objects, dashboard, panel_queries, prometheus

@@ -13,7 +13,7 @@ import pytest
 import requests
 import yaml
 from kubegan_api.contract import EPOCH, JOB_COST, JOBS
-from kubegan_trainer.ports import reserve_port
+from kubegan_trainer.launch.ports import reserve_port
 
 from tests.cluster.test_helm_monitoring import start_run, stop
 from tests.monitoring.prom import check_live_metrics

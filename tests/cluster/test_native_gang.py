@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from kubegan_api.contract import GANG_GATE, JOB_NAME_LABEL
-from kubegan_trainer.ports import reserve_ports
+from kubegan_trainer.launch.ports import reserve_ports
 
 from tests.support.control_plane import OperatedCluster, PrivateCluster, private_control_plane
 from tests.support.kube import FIXTURES, ROOT, Operator, load_example, wait_for

@@ -19,8 +19,8 @@ from kubegan_api.contract import (
 )
 from kubegan_api.spec import GANTrainingJob
 from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.manifests.pods import render_pod
 from kubegan_operator.placement.planner import plan
-from kubegan_operator.placement.render import render_pod
 
 from tests.support.kube import Kubectl, Operator, load_example, wait_for
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from kubegan_api import contract
 from kubegan_api.spec import decode_job
+from kubegan_operator.manifests.pods import render_all
 from kubegan_operator.placement.planner import static_plan
-from kubegan_operator.placement.render import render_all
 
 from tests.support.cel_cases import merge_patch
 from tests.support.control_plane import PrivateCluster, private_control_plane

@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from kubegan_api.contract import JOB_NAME_LABEL, WORKER_INDEX_LABEL
 from kubegan_api.reserved import CHECKPOINT_VOLUME
-from kubegan_trainer.bucketckpt import BucketCheckpoints, astuple
-from kubegan_trainer.checkpoint import CheckpointStore, Position, checkpoint_name
-from kubegan_trainer.torch_backend.loop import STATE_FILE
-from kubegan_trainer.torch_backend.payload import load_payload
+from kubegan_trainer.backends.torch.loop import STATE_FILE
+from kubegan_trainer.backends.torch.payload import load_payload
+from kubegan_trainer.storage.bucket import BucketCheckpoints, astuple
+from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.storage.store import Position, checkpoint_name
 
 from tests.support.kube import wait_for
 from tests.support.real_nodes import (

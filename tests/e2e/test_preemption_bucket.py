@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from kubegan_api.reserved import CHECKPOINT_VOLUME
-from kubegan_trainer import objstore
-from kubegan_trainer.bucketckpt import BucketCheckpoints
-from kubegan_trainer.checkpoint import Position, checkpoint_name
+from kubegan_trainer.storage import objstore
+from kubegan_trainer.storage.bucket import BucketCheckpoints
+from kubegan_trainer.storage.store import Position, checkpoint_name
 from obstore.store import S3Store
 
 from tests.e2e.jobs import (

@@ -60,8 +60,8 @@ def test_targets_are_non_root_and_lean() -> None:
             if i.startswith("RUN "):
                 assert "apt-get install" not in i and "apk add" not in i, (name, i)
                 assert not any(re.search(rf"\b{re.escape(t)}\b", i) for t in BUILD_TOOLS)
-    # The operator's UID is the chart's pod securityContext; trainers run as render.py's.
-    from kubegan_operator.placement.render import RUN_AS_USER
+    # The operator's UID is the chart's pod securityContext; trainers run as manifests/pods.py's.
+    from kubegan_operator.manifests.pods import RUN_AS_USER
 
     assert "USER 65532:65532" in st["operator"]
     assert f"USER {RUN_AS_USER}:{RUN_AS_USER}" in st["trainer-torch"]

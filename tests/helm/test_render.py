@@ -18,8 +18,8 @@ from kubegan_api.contract import (
 from kubegan_api.spec import GANTrainingJob
 from kubegan_operator.api.loading import load_prices
 from kubegan_operator.api.pricing import DEFAULT_PRICES
+from kubegan_operator.manifests.pods import render_pod
 from kubegan_operator.placement.planner import static_plan
-from kubegan_operator.placement.render import render_pod
 
 from tests.helm.chart import (
     AZURE_MANAGED_API,

@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 import yaml
-from kubegan_trainer.ports import reserve_port
+from kubegan_trainer.launch.ports import reserve_port
 
 from tests.helm.chart import MONITORING_ON, PROMETHEUS_OPERATOR_API, by_kind, one, template
 from tests.support.kube import wait_for

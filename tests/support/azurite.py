@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from kubegan_trainer.ports import reserve_port
+from kubegan_trainer.launch.ports import reserve_port
 
 from tests.support.local_server import LocalServer
 

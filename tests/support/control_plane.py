@@ -1,7 +1,7 @@
 """A control plane of its own (hack/cluster-up.sh) on ports nobody else holds, for the test
 tiers and the benchmarks that must not share the developer's `make cluster-up` cluster.
 
-Ports come from the repo's one port helper (kubegan_trainer.ports: outside the ephemeral
+Ports come from the repo's one port helper (kubegan_trainer.launch.ports: outside the ephemeral
 range, proven by binding, leased). A bind can still lose a race to a process that does not
 ask the helper, so a start that fails on a taken port is stopped and tried again on others.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kubegan_api.contract import JOB_NAME_LABEL
-from kubegan_trainer.ports import reserve_ports
+from kubegan_trainer.launch.ports import reserve_ports
 
 from tests.support.kube import Operator
 

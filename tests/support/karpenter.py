@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubegan_trainer.ports import reserve_ports
+from kubegan_trainer.launch.ports import reserve_ports
 
 from tests.support.addons import AddonProcess, addon_binary
 from tests.support.control_plane import PrivateCluster

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubegan_trainer.ports import reserve_ports
+from kubegan_trainer.launch.ports import reserve_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from kubegan_trainer.ports import reserve_ports
+from kubegan_trainer.launch.ports import reserve_ports
 
 from tests.support.addons import AddonProcess, addon_binary
 from tests.support.control_plane import PrivateCluster

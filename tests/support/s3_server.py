@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubegan_api.contract import ENV_AWS_ENDPOINT_URL
-from kubegan_trainer.ports import reserve_port
+from kubegan_trainer.launch.ports import reserve_port
 
 from tests.support.local_server import LocalServer
 

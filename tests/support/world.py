@@ -5,7 +5,7 @@ Nodes, pods and jobs are built once, as the apiserver returns them (`node`, `pod
 kopf's indexes over them (`Indexes`, fed by the operator's own index functions: what the
 watch has shown the operator). From one world each kind of test takes what it reads:
 
-- cache and view tests: the indexes and a `cache.View` over them (`Indexes.view`);
+- cache and view tests: the indexes and a `View` over them (`Indexes.view`);
 - trigger and sync tests: a `Controller` attached to the indexes (`World.controller`), with
   `RecordingKube`, a kube writer that records each request and answers as the apiserver
   would, or none for tests that only queue;
@@ -34,11 +34,23 @@ from kubegan_api.contract import (
     service_name,
 )
 from kubegan_api.spec import GANTrainingJobSpec
-from kubegan_operator.decide.reconcile import Decision, reconcile
+from kubegan_operator.decide.context import Decision
+from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.decide.snapshot import JobSnapshot
-from kubegan_operator.foundation.progress import ProgressUpdate
-from kubegan_operator.placement.planner import Plan
-from kubegan_operator.runtime import cache, controller
+from kubegan_operator.foundation.trainer_metrics import ProgressUpdate
+from kubegan_operator.placement.plan import Plan
+from kubegan_operator.runtime import controller, kopf_handlers
+from kubegan_operator.runtime.expectations import Expectations
+from kubegan_operator.runtime.free_capacity import FreeCapacity
+from kubegan_operator.runtime.indexes import (
+    index_job,
+    index_job_pod,
+    index_node,
+    index_owned,
+    index_pod_usage,
+    pod_key,
+)
+from kubegan_operator.runtime.view import View
 
 # ---- objects, as the apiserver returns them ---------------------------------------------------
 
@@ -229,13 +241,13 @@ class Indexes:
     """kopf's indexes, and the FreeCapacity the operator's index handlers feed alongside."""
 
     def __init__(self) -> None:
-        self.capacity = cache.FreeCapacity()
-        self.jobs = FakeIndex(cache.index_job)
-        self.nodes = FakeIndex(cache.index_node)
-        self.usage = FakeIndex(cache.index_pod_usage)
-        self.job_pods = FakeIndex(cache.index_job_pod)
-        self.services = FakeIndex(cache.index_owned)
-        self.config_maps = FakeIndex(cache.index_owned)
+        self.capacity = FreeCapacity()
+        self.jobs = FakeIndex(index_job)
+        self.nodes = FakeIndex(index_node)
+        self.usage = FakeIndex(index_pod_usage)
+        self.job_pods = FakeIndex(index_job_pod)
+        self.services = FakeIndex(index_owned)
+        self.config_maps = FakeIndex(index_owned)
 
     def indices(self) -> dict[str, Mapping[Any, list[Any]]]:
         """As kopf hands them to handlers (Controller.attach reads these)."""
@@ -247,15 +259,15 @@ class Indexes:
             "kubegan_config_maps": self.config_maps,
         }
 
-    def view(self, expectations: cache.Expectations | None = None) -> cache.View:
-        return cache.View(
+    def view(self, expectations: Expectations | None = None) -> View:
+        return View(
             jobs=self.jobs,
             nodes=self.nodes,
             usage=self.usage,
             job_pods=self.job_pods,
             services=self.services,
             config_maps=self.config_maps,
-            expectations=expectations or cache.Expectations(),
+            expectations=expectations or Expectations(),
             capacity=self.capacity,
         )
 
@@ -264,7 +276,7 @@ class Indexes:
 
     def add_node(self, body: Mapping[str, Any]) -> None:
         self.nodes.put(body)
-        for name, entry in cache.index_node(body).items():
+        for name, entry in index_node(body).items():
             self.capacity.see_node(name, entry)
 
     def drop_node(self, body: Mapping[str, Any]) -> None:
@@ -274,13 +286,13 @@ class Indexes:
     def add_pod(self, body: Mapping[str, Any]) -> None:
         self.usage.put(body)
         self.job_pods.put(body)
-        usage = cache.index_pod_usage(body)
-        self.capacity.see_pod(cache.pod_key(body), next(iter(usage.values()), None))
+        usage = index_pod_usage(body)
+        self.capacity.see_pod(pod_key(body), next(iter(usage.values()), None))
 
     def drop_pod(self, body: Mapping[str, Any]) -> None:
         self.usage.drop(body)
         self.job_pods.drop(body)
-        self.capacity.see_pod(cache.pod_key(body), None)
+        self.capacity.see_pod(pod_key(body), None)
 
     def add_owned(self, body: Mapping[str, Any]) -> None:
         """A job's Service or ConfigMap."""
@@ -391,7 +403,7 @@ class World:
             self.idx.add_node(body)
         assert self.ctl is not None
         asyncio.run(
-            controller._on_node(
+            kopf_handlers._on_node(
                 event={"type": event_type, "object": body},
                 body=body,
                 memo=kopf.Memo(controller=self.ctl),

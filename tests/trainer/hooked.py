@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 from kubegan_trainer.__main__ import main as trainer_main
-from kubegan_trainer.driver import Hooks
+from kubegan_trainer.worker.driver import Hooks
 
 
 def command(

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from kubegan_trainer.__main__ import configure_logging, load_config
-from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.driver import Hooks
-from kubegan_trainer.signals import StopFlag
-from kubegan_trainer.torch_backend import worker
-from kubegan_trainer.torch_backend.loop import GanTrainer, params_digest
+from kubegan_trainer.backends.torch.entry import worker
+from kubegan_trainer.backends.torch.loop import GanTrainer, params_digest
+from kubegan_trainer.worker.cluster_env import ClusterEnv
+from kubegan_trainer.worker.driver import Hooks
+from kubegan_trainer.worker.signals import StopFlag
 
 
 def main() -> int:

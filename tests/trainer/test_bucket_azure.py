@@ -10,10 +10,11 @@ from pathlib import Path
 
 import obstore
 import pytest
-from kubegan_trainer import objstore
-from kubegan_trainer.bucketckpt import BucketCheckpoints, CommitRefused
-from kubegan_trainer.checkpoint import CheckpointStore, Position
-from kubegan_trainer.ckptsync import BucketBackedStore
+from kubegan_trainer.storage import objstore
+from kubegan_trainer.storage.bucket import BucketCheckpoints, CommitRefused
+from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.storage.store import Position
+from kubegan_trainer.storage.sync import BucketBackedStore
 
 from tests.support.azurite import Azurite, azurite_fixture
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from kubegan_api.contract import ENV_TERMINATION_LOG
-from kubegan_trainer import objstore
-from kubegan_trainer.bucketckpt import BucketCheckpoints
-from kubegan_trainer.checkpoint import CheckpointStore, Position
-from kubegan_trainer.ckptsync import BucketBackedStore, finish_uploads
+from kubegan_trainer.storage import objstore
+from kubegan_trainer.storage.bucket import BucketCheckpoints
+from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.storage.store import Position
+from kubegan_trainer.storage.sync import BucketBackedStore, finish_uploads
 
 from tests.support.azurite import Azurite
 

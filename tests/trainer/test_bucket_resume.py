@@ -14,7 +14,7 @@ import obstore
 import pytest
 import yaml
 from kubegan_api.contract import ENV_CHECKPOINT_URI, EXIT_INTERRUPTED
-from kubegan_trainer import objstore
+from kubegan_trainer.storage import objstore
 
 from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer.test_resume import CASES, _assert_same_state

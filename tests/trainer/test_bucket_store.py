@@ -14,11 +14,12 @@ from pathlib import Path
 import obstore
 import pytest
 from kubegan_api.contract import ENV_AWS_ENDPOINT_URL, ENV_CHECKPOINT_URI
-from kubegan_trainer import objstore
-from kubegan_trainer.bucketckpt import BucketCheckpoints, CommitRefused
-from kubegan_trainer.checkpoint import CheckpointStore, Position
-from kubegan_trainer.ckptsync import BucketBackedStore, open_checkpoint_store
-from kubegan_trainer.ports import reserve_port
+from kubegan_trainer.launch.ports import reserve_port
+from kubegan_trainer.storage import objstore
+from kubegan_trainer.storage.bucket import BucketCheckpoints, CommitRefused
+from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.storage.store import Position
+from kubegan_trainer.storage.sync import BucketBackedStore, open_checkpoint_store
 
 from tests.support.s3_server import S3Server, s3_server_fixture
 

@@ -9,11 +9,17 @@ from pathlib import Path
 
 import pytest
 from kubegan_api.contract import CHECKPOINT_STEP, EPOCH
-from kubegan_trainer.checkpoint import CheckpointStore, Position
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.intervals import CheckpointSchedule
-from kubegan_trainer.metrics import METRIC_NAMES, EpochRecord, MetricsLog, TrainerMetrics
-from kubegan_trainer.signals import StopFlag
+from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.storage.store import Position
+from kubegan_trainer.worker.intervals import CheckpointSchedule
+from kubegan_trainer.worker.signals import StopFlag
+from kubegan_trainer.worker.worker_metrics import (
+    METRIC_NAMES,
+    EpochRecord,
+    MetricsLog,
+    TrainerMetrics,
+)
 from prometheus_client import generate_latest
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data import files
 from kubegan_trainer.data.showers import ECAL_POWER, longitudinal_profile, shower, synthetic_showers
-from kubegan_trainer.errors import TrainerError
 from PIL import Image
 
 
@@ -83,7 +83,7 @@ def test_paired_side_by_side(tmp_path: Path) -> None:
 
 def test_synthetic_showers_depend_on_energy_and_angle() -> None:
     import torch
-    from kubegan_trainer.torch_backend.models.gan3d import measured_angle
+    from kubegan_trainer.backends.torch.models.gan3d import measured_angle
 
     low = synthetic_showers(16, 0, energy_range=(10, 12))
     high = synthetic_showers(16, 0, energy_range=(400, 450))

@@ -15,10 +15,10 @@ import h5py
 import numpy as np
 import obstore
 import pytest
-from kubegan_trainer import objstore
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data import files
 from kubegan_trainer.data.stream import ShardSource, ShardStream, parse_showers, rank_shards
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.storage import objstore
 
 from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer.util import REPO

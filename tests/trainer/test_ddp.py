@@ -91,8 +91,8 @@ def test_zero_matches_plain_adam_on_two_ranks(tmp_path: Path) -> None:
 
 
 def _initial_mlp() -> np.ndarray:
-    from kubegan_trainer.torch_backend import rng
-    from kubegan_trainer.torch_backend.loop import params_digest
+    from kubegan_trainer.backends.torch import rng
+    from kubegan_trainer.backends.torch.loop import params_digest
 
     from tests.trainer.tinymodels import mlp_task
 

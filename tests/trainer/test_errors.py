@@ -85,7 +85,8 @@ def test_unreadable_checkpoint_is_an_error_and_stays_untouched(tmp_path: Path) -
 @pytest.mark.timeout(180)
 def test_checkpoint_that_passes_checksums_but_cannot_load(tmp_path: Path) -> None:
     """A manifest written for garbage (e.g. a copy from an incompatible tool)."""
-    from kubegan_trainer.checkpoint import CheckpointStore, Position
+    from kubegan_trainer.storage.folder import CheckpointStore
+    from kubegan_trainer.storage.store import Position
 
     out = tmp_path / "out"
     store = CheckpointStore(out / "checkpoints", keep=3)
@@ -139,7 +140,7 @@ def test_unknown_framework_is_one_line(tmp_path: Path) -> None:
 
 def test_unavailable_framework_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from kubegan_trainer import __main__ as entry
-    from kubegan_trainer.errors import TrainerError
+    from kubegan_trainer.base.errors import TrainerError
 
     monkeypatch.setitem(entry.FRAMEWORK_PACKAGES, "tensorflow", "no_such_framework_package")
     with pytest.raises(TrainerError, match="tensorflow is not installed in this image"):

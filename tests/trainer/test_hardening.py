@@ -17,9 +17,9 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data import files
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.metrics import MetricsLog
+from kubegan_trainer.worker.worker_metrics import MetricsLog
 from PIL import Image
 
 from tests.trainer.util import REPO, run_workers, tiny_digits

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubegan_trainer.checkpoint import CheckpointStore
-from kubegan_trainer.progress import read_progress
+from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.worker.progress_file import read_progress
 
 from tests.trainer.util import REPO
 from tests.trainer.workers import start_kubegan_run

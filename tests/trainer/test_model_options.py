@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from kubegan_api.contract import ENV_CONFIG, EXIT_USER_ERROR
 from kubegan_api.model_options import MODELS, Option, option_problems
 from kubegan_api.sections import TrainerConfig
+from kubegan_trainer.backends.torch.models import GanTask, build_task
 from kubegan_trainer.data import build_dataset
-from kubegan_trainer.torch_backend.models import GanTask, build_task
 
 from tests.unit.test_model_options import in_range, validate_lines
 

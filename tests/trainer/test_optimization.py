@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from kubegan_trainer.torch_backend.loop import params_digest
+from kubegan_trainer.backends.torch.loop import params_digest
 
 from tests.trainer.util import config, single_rank_trainer
 
@@ -152,7 +152,7 @@ def test_every_model_trains_a_few_steps(model: str, precision: str, tmp_path: Pa
 
 
 def test_pix2pix_default_size_matches_the_reference_parameter_count() -> None:
-    from kubegan_trainer.torch_backend.models.pix2pix import build_pix2pix
+    from kubegan_trainer.backends.torch.models.pix2pix import build_pix2pix
 
     task = build_pix2pix({}, 3, 256)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731

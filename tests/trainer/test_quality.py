@@ -46,7 +46,7 @@ JOB = {
 
 @pytest.mark.timeout(300)
 def test_acgan_digits_samples_are_recognisably_the_requested_class(tmp_path: Path, capsys) -> None:
-    from kubegan_trainer.torch_backend.models.acgan import AcganGenerator
+    from kubegan_trainer.backends.torch.models.acgan import AcganGenerator
     from sklearn.linear_model import LogisticRegression
 
     job = tmp_path / "job.yaml"

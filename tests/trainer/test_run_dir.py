@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 from kubegan_api.contract import ENV_OUTPUT_DIR
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.local_run import run_local
-from kubegan_trainer.progress import read_progress
-from kubegan_trainer.resume_config import HISTORY_FILE, record_config
-from kubegan_trainer.rundir import claim_run_dir
+from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.launch.local_run import run_local
+from kubegan_trainer.launch.resume_config import HISTORY_FILE, record_config
+from kubegan_trainer.launch.rundir import claim_run_dir
+from kubegan_trainer.worker.progress_file import read_progress
 
 from tests.trainer.util import REPO, config, tiny_digits
 from tests.trainer.workers import start_kubegan_run

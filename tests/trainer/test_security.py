@@ -14,9 +14,10 @@ import pytest
 import torch
 import yaml
 from kubegan_api.contract import EXIT_USER_ERROR
-from kubegan_trainer.checkpoint import CheckpointStore, Position
-from kubegan_trainer.entrypoints import load_entrypoint
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.storage.store import Position
+from kubegan_trainer.worker.entrypoints import load_entrypoint
 
 from tests.trainer.util import REPO, config, run_workers, tiny_digits
 

@@ -12,10 +12,10 @@ import numpy as np
 import obstore
 import pytest
 from kubegan_api.contract import EXIT_INTERRUPTED
-from kubegan_trainer import objstore
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data import files
 from kubegan_trainer.data.stream import image_plan, rank_shards
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.storage import objstore
 from PIL import Image
 
 from tests.support.s3_server import S3Server, s3_server_fixture
@@ -165,7 +165,7 @@ def test_a_run_on_image_objects_stopped_and_resumed_is_bitwise_identical(
 def test_tensorflow_trains_on_image_objects_from_the_bucket(
     s3_env: S3Server, tmp_path: Path
 ) -> None:
-    from kubegan_trainer.driver import Hooks
+    from kubegan_trainer.worker.driver import Hooks
 
     from tests.trainer.tf.tfutil import tf_config, trainer
 

@@ -18,9 +18,9 @@ import obstore
 import pytest
 import yaml
 from kubegan_api.contract import ENV_AWS_ENDPOINT_URL, EXIT_INTERRUPTED, EXIT_USER_ERROR
-from kubegan_trainer import objstore
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data.stream import ShardPlan, rank_shards
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.storage import objstore
 
 from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer import hooked
@@ -105,7 +105,7 @@ def tensorflow_trains_each_event_once_per_epoch(uri: str, out: Path) -> Any:
     """One TensorFlow worker trains gan3d for 2 epochs on `uri` (the store's environment set
     by the caller) and sees every one of the SHARDS x EVENTS events once per epoch; its
     trainer, for more checks."""
-    from kubegan_trainer.driver import Hooks
+    from kubegan_trainer.worker.driver import Hooks
 
     from tests.trainer.tf.tfutil import tf_config, trainer
 

@@ -12,8 +12,8 @@ from kubegan_api.contract import (
     parse_termination_message,
 )
 from kubegan_operator.foundation.podstate import exit_checkpoint
-from kubegan_trainer import termination
-from kubegan_trainer.checkpoint import Position
+from kubegan_trainer.storage import termination
+from kubegan_trainer.storage.store import Position
 
 
 def test_names_the_checkpoint_in_the_file_kubernetes_made(

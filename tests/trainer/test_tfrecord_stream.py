@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kubegan_api.contract import EXIT_INTERRUPTED
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data.showers import SHAPE
 from kubegan_trainer.data.stream import ShardPlan, rank_shards
 from kubegan_trainer.data.tfrecord import SHARD_INDEX, frame
-from kubegan_trainer.errors import TrainerError
 
 from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer import hooked
@@ -88,7 +88,8 @@ def write_tfrecords(folder: Path, shards: int, events: int, index: bool = True) 
 
 def test_the_records_tensorflow_writes_read_back_equal(tmp_path: Path) -> None:
     from kubegan_trainer.data.showers import synthetic_showers
-    from kubegan_trainer.tf_backend.data import write_shower_shards
+
+    from tests.support.shards import write_shower_shards
 
     dataset = synthetic_showers(12, seed=3)
     write_shower_shards(dataset, tmp_path, num_shards=3)
@@ -276,7 +277,7 @@ def test_pytorch_ranks_train_on_their_own_tfrecord_shards_and_resume_bitwise(
 def test_tensorflow_trains_from_tfrecord_shards_in_the_bucket(
     s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kubegan_trainer.tf_backend.data import StreamSource
+    from kubegan_trainer.backends.tf.data import StreamSource
 
     for key, value in s3.env().items():
         monkeypatch.setenv(key, value)

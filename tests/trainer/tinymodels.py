@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kubegan_trainer.torch_backend.models.base import Batch, GanTask, bce_logits
+from kubegan_trainer.backends.torch.models.task import Batch, GanTask, bce_logits
 from torch import Tensor, nn
 
 

@@ -98,12 +98,12 @@ def single_rank_trainer(
 ) -> Iterator[Any]:
     """A GanTrainer in this process on a one-rank gloo group (`shards`: streamed data)."""
     import torch.distributed as dist
-    from kubegan_trainer.cluster_env import ClusterEnv
+    from kubegan_trainer.backends.torch import rng
+    from kubegan_trainer.backends.torch.loop import DistInfo, GanTrainer
+    from kubegan_trainer.backends.torch.models import build_task
     from kubegan_trainer.data import build_dataset
-    from kubegan_trainer.signals import StopFlag
-    from kubegan_trainer.torch_backend import rng
-    from kubegan_trainer.torch_backend.loop import DistInfo, GanTrainer
-    from kubegan_trainer.torch_backend.models import build_task
+    from kubegan_trainer.worker.cluster_env import ClusterEnv
+    from kubegan_trainer.worker.signals import StopFlag
 
     env = ClusterEnv.from_environ(
         {

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from kubegan_api.sections import TrainerConfig
-from kubegan_trainer.local_run import worker_environments
+from kubegan_trainer.launch.local_run import worker_environments
 
 
 def launch_workers(

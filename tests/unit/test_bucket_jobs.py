@@ -7,8 +7,9 @@ import json
 
 from kubegan_api.contract import BUCKET_CREDENTIAL_KEYS
 from kubegan_api.spec import GANTrainingJob
+from kubegan_operator.manifests.objects import render_config_map
+from kubegan_operator.manifests.pods import render_pod
 from kubegan_operator.placement.planner import static_plan
-from kubegan_operator.placement.render import render_config_map, render_pod
 
 from tests.support.world import JobWorld, gan_job
 

@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 from kubegan_api.contract import GANG_GATE, JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
 from kubegan_operator.foundation.topology import assemble_inventory, build_inventory, pod_usage
-from kubegan_operator.runtime import cache
+from kubegan_operator.runtime.expectations import EXPECTATION_TIMEOUT_SECONDS, Expectations
+from kubegan_operator.runtime.indexes import index_job_pod, index_owned
+from kubegan_operator.runtime.view import View
 
 from tests.support import world as n
 from tests.support.world import Indexes, job_body, pod_body
@@ -18,9 +20,9 @@ from tests.support.world import Indexes, job_body, pod_body
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
-def view(idx: Indexes, clock: list[float] | None = None) -> cache.View:
+def view(idx: Indexes, clock: list[float] | None = None) -> View:
     t = clock if clock is not None else [0.0]
-    return idx.view(cache.Expectations(clock=lambda: t[0]))
+    return idx.view(Expectations(clock=lambda: t[0]))
 
 
 def test_the_inventory_from_indexes_equals_the_listed_one() -> None:
@@ -152,13 +154,13 @@ def test_expectations_hold_the_job_until_the_watch_shows_the_writes() -> None:
     exp.expect(key, "a-worker-0", "present")
     exp.expect(key, "a-worker-1", "present")
     idx.add_pod(pod_body("a", 0))
-    assert exp.pending(key, v.pods(key)) == cache.EXPECTATION_TIMEOUT_SECONDS
+    assert exp.pending(key, v.pods(key)) == EXPECTATION_TIMEOUT_SECONDS
     idx.add_pod(pod_body("a", 1))
     assert exp.pending(key, v.pods(key)) is None
     # deletes: met once the pod is being deleted or gone
     clock[0] = 10.0
     exp.expect(key, "a-worker-0", "gone")
-    assert exp.pending(key, v.pods(key)) == cache.EXPECTATION_TIMEOUT_SECONDS
+    assert exp.pending(key, v.pods(key)) == EXPECTATION_TIMEOUT_SECONDS
     deleting = pod_body("a", 0)
     deleting["metadata"]["deletionTimestamp"] = "2026-11-23T12:00:00Z"
     idx.add_pod(deleting)
@@ -169,7 +171,7 @@ def test_expectations_hold_the_job_until_the_watch_shows_the_writes() -> None:
     gated["spec"]["schedulingGates"] = [{"name": GANG_GATE}]
     idx.add_pod(gated)
     assert exp.pending(key, v.pods(key)) is not None
-    clock[0] += cache.EXPECTATION_TIMEOUT_SECONDS
+    clock[0] += EXPECTATION_TIMEOUT_SECONDS
     assert exp.pending(key, v.pods(key)) is None
 
 
@@ -210,9 +212,9 @@ def test_not_ready_grace_and_the_jobs_a_node_affects() -> None:
 
 def test_only_the_jobs_own_services_and_config_maps_are_indexed() -> None:
     owned = {"metadata": {"name": "a", "namespace": "ns", "labels": {JOB_NAME_LABEL: "a"}}}
-    assert cache.index_owned(owned) == {("ns", "a"): True}
-    assert cache.index_owned({"metadata": {"name": "x", "namespace": "ns"}}) == {}
-    slim = cache.index_job_pod(
+    assert index_owned(owned) == {("ns", "a"): True}
+    assert index_owned({"metadata": {"name": "x", "namespace": "ns"}}) == {}
+    slim = index_job_pod(
         {**pod_body("a", 0), "metadata": {**pod_body("a", 0)["metadata"], "managedFields": [1]}}
     )
     assert "managedFields" not in slim[("ns", "a")]["metadata"]
@@ -222,16 +224,16 @@ def test_only_the_jobs_own_services_and_config_maps_are_indexed() -> None:
 def test_the_index_handlers_read_kopf_bodies() -> None:
     """kopf hands handlers a read-only Body view, not the dict the API sent."""
     import kopf
-    from kubegan_operator.runtime import controller
+    from kubegan_operator.runtime import controller, kopf_handlers
 
     # Coroutines (kopf would run plain functions in its thread pool, one hop per event).
     run = asyncio.run
     memo = kopf.Memo(controller=controller.Controller(kube=None, read_progress=False))
     body = kopf.Body(n.node("n0", gpus=8))
-    node = run(controller.kubegan_nodes(body=body, memo=memo))["n0"]
+    node = run(kopf_handlers.kubegan_nodes(body=body, memo=memo))["n0"]
     assert node.capacity is not None and node.capacity.gpus == 8 and node.problem is None
     body = kopf.Body(pod_body("a", 0, node="n0"))
-    pods = run(controller.kubegan_pods(body=body, memo=memo))
+    pods = run(kopf_handlers.kubegan_pods(body=body, memo=memo))
     assert pods["n0"].requests["nvidia.com/gpu"] == 8
     assert pods[("ns", "a")]["spec"]["nodeName"] == "n0"  # the same handler: by job too
     # ... and they keep the controller's free capacity up to date as they index.

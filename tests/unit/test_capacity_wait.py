@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kubegan_operator.placement.planner import Plan
+from kubegan_operator.placement.plan import Plan
 
 from tests.support.world import PLAN, JobWorld, gan_job
 

@@ -1,4 +1,4 @@
-"""One strategy decision (kubegan_trainer.distribution) for the operator's plan and the
+"""One strategy decision (kubegan_trainer.worker.distribution) for the operator's plan and the
 TensorFlow backend; importing it needs no framework."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from kubegan_api.sections import Framework, Strategy
-from kubegan_trainer.distribution import DDP, MIRRORED, MULTI_WORKER, TPU, decide_strategy
+from kubegan_trainer.worker.distribution import DDP, MIRRORED, MULTI_WORKER, TPU, decide_strategy
 
 TF, TORCH = Framework.tensorflow, Framework.pytorch
 
@@ -37,7 +37,7 @@ def test_the_decision(
 
 def test_the_operator_imports_it_without_tensorflow() -> None:
     code = (
-        "import sys, kubegan_trainer.distribution, kubegan_operator.placement.planner; "
+        "import sys, kubegan_trainer.worker.distribution, kubegan_operator.placement.planner; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'torch'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubegan_api.contract import GANG_GATE, KUEUE_ADMISSION_GATE
 from kubegan_operator.foundation.podstate import is_gated, queued_by_kueue
-from kubegan_operator.runtime import cache
+from kubegan_operator.runtime.expectations import Expectations, Seen
 from kubegan_operator.runtime.kube import gate_removal
 
 OTHER = "example.com/other"
@@ -42,8 +42,8 @@ def test_a_pod_held_only_by_kueue_is_released_by_kubegan() -> None:
 
 
 def test_the_watch_shows_ungated_once_kubegans_gate_is_gone() -> None:
-    exp = cache.Expectations(clock=lambda: 0.0)
+    exp = Expectations(clock=lambda: 0.0)
     key = ("ns", "g")
-    exp.expect(key, "g-worker-0", cache.Seen.ungated)
+    exp.expect(key, "g-worker-0", Seen.ungated)
     assert exp.pending(key, [pod(GANG_GATE, KUEUE_ADMISSION_GATE)]) is not None
     assert exp.pending(key, [pod(KUEUE_ADMISSION_GATE)]) is None

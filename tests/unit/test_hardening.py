@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from kubegan_trainer.checkpoint import CheckpointStore, Position
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.manifest import ManifestError, manifest_from, parse_manifest
+from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.storage.manifest import ManifestError, manifest_from, parse_manifest
+from kubegan_trainer.storage.store import Position
 
 from tests.unit.hostile import json_values
 
@@ -209,7 +210,7 @@ MALFORMED_ROWS: dict[str, object] = {
 
 
 def test_a_good_row_and_extra_keys_pass_unchanged() -> None:
-    from kubegan_trainer.metrics import usable_row
+    from kubegan_trainer.worker.worker_metrics import usable_row
 
     row = {**ROW, "from_a_newer_kubegan": {"x": [1]}}
     assert usable_row(row) == (row, False)
@@ -219,7 +220,7 @@ def test_a_good_row_and_extra_keys_pass_unchanged() -> None:
 
 @pytest.mark.parametrize("case", sorted(MALFORMED_ROWS))
 def test_malformed_rows_are_skipped_with_one_note(case: str) -> None:
-    from kubegan_trainer.summary import summary_table
+    from kubegan_trainer.launch.summary import summary_table
 
     rows = [ROW, MALFORMED_ROWS[case], MALFORMED_ROWS[case], {**ROW, "epoch": 2}]
     text = summary_table(rows, unreadable_lines=1)
@@ -230,7 +231,7 @@ def test_malformed_rows_are_skipped_with_one_note(case: str) -> None:
 
 
 def test_unusable_quality_values_are_dropped_and_counted() -> None:
-    from kubegan_trainer.summary import summary_table
+    from kubegan_trainer.launch.summary import summary_table
 
     rows = [
         {**ROW, "quality": {"class_accuracy": "high", "feature_distance": 2.0}},
@@ -243,7 +244,7 @@ def test_unusable_quality_values_are_dropped_and_counted() -> None:
 
 
 def test_a_table_without_notes_for_good_rows() -> None:
-    from kubegan_trainer.summary import summary_table
+    from kubegan_trainer.launch.summary import summary_table
 
     assert "metrics.jsonl" not in summary_table([ROW, {**ROW, "epoch": 2}])
     assert summary_table([]).splitlines()[0].split()[0] == "epoch"
@@ -252,7 +253,7 @@ def test_a_table_without_notes_for_good_rows() -> None:
 @settings(max_examples=300, deadline=None)
 @given(json_values(), json_values())
 def test_summary_of_any_rows_never_raises(value: Any, field: Any) -> None:
-    from kubegan_trainer.summary import summary_table
+    from kubegan_trainer.launch.summary import summary_table
 
     rows = [value, {**ROW, "epoch_seconds": field}, {**ROW, "quality": field}, ROW]
     text = summary_table(rows if isinstance(value, list) else [*rows, value])
@@ -260,7 +261,7 @@ def test_summary_of_any_rows_never_raises(value: Any, field: Any) -> None:
 
 
 def test_metrics_file_lines_of_every_kind_are_read_or_counted(tmp_path: Path) -> None:
-    from kubegan_trainer.metrics import MetricsLog
+    from kubegan_trainer.worker.worker_metrics import MetricsLog
 
     log = MetricsLog(tmp_path / "metrics.jsonl")
     log.path.write_text(
@@ -286,7 +287,7 @@ def test_metrics_file_lines_of_every_kind_are_read_or_counted(tmp_path: Path) ->
 def test_resume_keeps_malformed_rows_and_says_so_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from kubegan_trainer.metrics import MetricsLog
+    from kubegan_trainer.worker.worker_metrics import MetricsLog
 
     log = MetricsLog(tmp_path / "metrics.jsonl")
     odd = [{"epoch": 1e400}, {"epoch": 1}, {k: v for k, v in ROW.items() if k != "d_loss"}]
@@ -302,7 +303,7 @@ def test_resume_keeps_malformed_rows_and_says_so_once(
 
 @pytest.mark.timeout(10)
 def test_a_metrics_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
-    from kubegan_trainer.metrics import MetricsLog
+    from kubegan_trainer.worker.worker_metrics import MetricsLog
 
     os.mkfifo(tmp_path / "metrics.jsonl")
     with pytest.raises(TrainerError, match="is a FIFO, not a regular file"):
@@ -321,7 +322,7 @@ def test_a_metrics_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
     ],
 )
 def test_a_progress_file_of_the_wrong_shape_shows_no_bar(progress: dict[str, Any]) -> None:
-    from kubegan_trainer.summary import progress_bar_for
+    from kubegan_trainer.launch.summary import progress_bar_for
 
     assert progress_bar_for(progress) is None
     good = {"state": "running", "epoch": 1, "epochs": 2, "step": 1, "steps": 4}
@@ -330,7 +331,7 @@ def test_a_progress_file_of_the_wrong_shape_shows_no_bar(progress: dict[str, Any
 
 @pytest.mark.parametrize("text", ["[]", '"x"', "[" * 100_000, "{"])
 def test_read_progress_of_a_foreign_file_is_empty(tmp_path: Path, text: str) -> None:
-    from kubegan_trainer.progress import read_progress
+    from kubegan_trainer.worker.progress_file import read_progress
 
     (tmp_path / "progress.json").write_text(text)
     assert read_progress(tmp_path) == {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 
-from kubegan_operator.foundation import heap
+from kubegan_operator.runtime import heap
 
 
 def test_collector_tuned_and_loaded_state_frozen_once() -> None:

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 from kubegan_api.contract import ENV_COST_RATE_PER_HOUR
-from kubegan_operator.api.loading import LIST_LIMITS, InputError, load_prices, read_text
+from kubegan_operator.api.input_files import LIST_LIMITS, InputError, read_text
+from kubegan_operator.api.loading import load_prices
 from kubegan_operator.entry.cli import main
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.planner import plan, static_plan

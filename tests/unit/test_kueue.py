@@ -25,7 +25,7 @@ from kubegan_api.contract import (
     KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
     KUEUE_TERMINATION_CONDITION,
 )
-from kubegan_operator.api.loading import InputError
+from kubegan_operator.api.input_files import InputError
 from kubegan_operator.entry.cli import build_parser
 from kubegan_operator.entry.main import default_queues
 from kubegan_operator.foundation.kueue import NO_WORKLOAD_YET, QueueWait, queue_wait
@@ -36,7 +36,7 @@ from kubegan_operator.foundation.podstate import (
     kueue_finalizer_due,
 )
 from kubegan_operator.foundation.timeutil import now_iso
-from kubegan_operator.runtime.cache import index_job_pod
+from kubegan_operator.runtime.indexes import index_job_pod
 from kubegan_operator.runtime.kube import finalizer_removal
 from kubegan_operator.runtime.observe import KUEUE_READ_SECONDS
 

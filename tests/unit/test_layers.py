@@ -1,7 +1,8 @@
-"""The operator's layers (docs/design.md §11) are its subpackages: every module lives in one,
-and imports only from its own layer or the ones below. The trainer never imports the operator.
-Both import the API package (kubegan_api), which imports neither, and only they define the
-API's classes there."""
+"""The operator's layers (docs/design.md §11) and the trainer's (docs/architecture.md) are
+their subpackages: every module lives in one, and imports only from its own layer or the
+ones below; neither the trainer nor the API package has an import cycle. The trainer never
+imports the operator. Both import the API package (kubegan_api), which imports neither, and
+only they define the API's classes there."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ OPERATOR = ROOT / "operator" / "kubegan_operator"
 TRAINER = ROOT / "trainer" / "kubegan_trainer"
 
 # Bottom to top; kept equal to docs/design.md §11.
-LAYERS = ["foundation", "api", "placement", "decide", "runtime", "entry"]
+LAYERS = ["foundation", "api", "placement", "manifests", "decide", "runtime", "entry"]
 
 
 def operator_imports(path: Path) -> set[str]:
@@ -108,11 +109,6 @@ def _classes(path: Path) -> set[str]:
     return {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
 
 
-# A class of the same name that is not the API's: the trainer's Phase is one step of a GAN's
-# training schedule (phases.py), not a job's phase.
-NOT_THE_API = {("trainer/kubegan_trainer/phases.py", "Phase")}
-
-
 def test_the_api_is_defined_only_in_the_api_package() -> None:
     api_classes = set().union(*(_classes(p) for p in API.glob("*.py")))
     # The ones most tempting to define again beside their users.
@@ -124,6 +120,135 @@ def test_the_api_is_defined_only_in_the_api_package() -> None:
         for root in (OPERATOR, TRAINER)
         for p in root.rglob("*.py")
         for name in _classes(p) & api_classes
-        if (str(p.relative_to(ROOT)), name) not in NOT_THE_API
     )
     assert redefined == []
+
+
+# The trainer, bottom to top (docs/architecture.md); `__main__` (the container's command)
+# sits above them all and nothing imports it.
+TRAINER_LAYERS = ["base", "storage", "data", "worker", "backends", "launch"]
+TRAINER_TOP = "__main__"
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """Every import in a file, wherever in it (a lazy import counts): (module, the names taken
+    from it); `import a.b` is ("a.b", [])."""
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level:
+                raise AssertionError(f"{path}: relative import; the tables read absolute ones")
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+    return found
+
+
+def _imported_names(path: Path) -> list[str]:
+    """For `from a.b import c`, both `a.b` and `a.b.c` (c may be a module)."""
+    return [
+        n for module, names in _imports(path) for n in [module, *(f"{module}.{c}" for c in names)]
+    ]
+
+
+def trainer_layer(path: Path) -> str:
+    first = path.relative_to(TRAINER).parts[0]
+    return TRAINER_TOP if first == f"{TRAINER_TOP}.py" else first
+
+
+def test_every_trainer_module_lives_in_one_layer() -> None:
+    loose = sorted(p.name for p in TRAINER.glob("*.py"))
+    assert loose == ["__init__.py", f"{TRAINER_TOP}.py"], "modules outside a layer subpackage"
+    packages = {p.name for p in TRAINER.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(TRAINER_LAYERS), {
+        "not in the table": sorted(packages - set(TRAINER_LAYERS)),
+        "no such package": sorted(set(TRAINER_LAYERS) - packages),
+    }
+    assert (TRAINER / "__init__.py").read_text().strip() == "", "the package root imports nothing"
+
+
+def test_no_trainer_import_points_up_a_layer() -> None:
+    rank = {name: i for i, name in enumerate([*TRAINER_LAYERS, TRAINER_TOP])}
+    modules = sorted(TRAINER.rglob("*.py"))
+    assert len(modules) > 50
+    upward = sorted(
+        {
+            f"{p.relative_to(TRAINER)} ({trainer_layer(p)}) imports {parts[1]}"
+            for p in modules
+            for name in _imported_names(p)
+            if (parts := name.split("."))[0] == "kubegan_trainer" and len(parts) > 1
+            if rank[parts[1]] > rank[trainer_layer(p)]
+        }
+    )
+    assert upward == []
+
+
+def _module_graph(package_dir: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, each name resolved to its file (a name
+    that is not a module, `from a.b import SomeClass`, is a.b)."""
+    package = package_dir.name
+    modules: dict[str, Path] = {}
+    for p in package_dir.rglob("*.py"):
+        parts = p.relative_to(package_dir.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = p
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for module, names in _imports(path):
+            if module.split(".")[0] != package:
+                continue
+            # `from a.b import c` imports module a.b.c where there is one, else (a class) a.b.
+            targets = [f"{module}.{c}" for c in names if f"{module}.{c}" in modules]
+            if len(targets) < len(names) or not names:
+                targets.append(module)
+            deps.update(t for t in targets if t != name)
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_neither_the_trainer_nor_the_api_has_an_import_cycle() -> None:
+    for package_dir in (TRAINER, API):
+        graph = _module_graph(package_dir)
+        assert len(graph) > 10
+        assert _cycles(graph) == [], package_dir.name

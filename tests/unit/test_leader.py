@@ -1,4 +1,4 @@
-"""The Lease elector's protocol (leader.py) against an in-memory Lease API with the
+"""The Lease elector's protocol (lease.py, leader.py) against an in-memory Lease API with the
 apiserver's optimistic concurrency, and a clock the test moves. The real hand-over on the
 local control plane is tests/cluster/test_leader_election.py."""
 
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kubegan_operator.foundation.leader import LeaseConfig, LeaseElector, claim
+from kubegan_operator.foundation.lease import LeaseConfig, claim
+from kubegan_operator.runtime.leader import LeaseElector
 from kubernetes.client.exceptions import ApiException
 
 NOW = datetime(2026, 11, 23, 18, 0, tzinfo=UTC)

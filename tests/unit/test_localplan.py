@@ -86,7 +86,7 @@ def test_kubegan_run_starts_what_the_plan_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The command, up to the trainer's runner (no training)."""
-    from kubegan_trainer import local_run
+    from kubegan_trainer.launch import local_run
 
     job = tmp_path / "job.yaml"
     job.write_text(

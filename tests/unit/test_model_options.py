@@ -28,12 +28,13 @@ from hypothesis import strategies as st
 from kubegan_api.contract import EXIT_USER_ERROR
 from kubegan_api.model_options import MODELS, Kind, Option, option_problems
 from kubegan_operator.api.crd import declared_options, spec_schema
-from kubegan_operator.api.loading import InputError, job_from_object
+from kubegan_operator.api.input_files import InputError
+from kubegan_operator.api.loading import job_from_object
 from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.entry.cli import main
 from kubegan_trainer.__main__ import load_config
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.base.errors import TrainerError
 
 ROOT = Path(__file__).resolve().parents[2]
 INT64 = 2**63 - 1

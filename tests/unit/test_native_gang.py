@@ -10,16 +10,12 @@ from typing import Any
 
 import pytest
 from kubegan_api.contract import ATTEMPT_LABEL, GANG_GATE, KUEUE_ADMISSION_GATE
-from kubegan_operator.decide.reconcile import Decision
+from kubegan_operator.decide.context import Decision
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.entry.cli import build_parser, main
-from kubegan_operator.foundation.progress import ProgressUpdate
-from kubegan_operator.placement.gang import (
-    POD_GROUP_API,
-    GangMode,
-    join_pod_group,
-    pod_group_name,
-)
+from kubegan_operator.foundation.trainer_metrics import ProgressUpdate
+from kubegan_operator.manifests.pod_groups import join_pod_group
+from kubegan_operator.placement.gang import POD_GROUP_API, GangMode, pod_group_name
 
 from tests.support.world import PLAN, JobWorld, running_world
 from tests.support.world import gan_job as job

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from kubegan_trainer.ports import reserve_ports
+from kubegan_trainer.launch.ports import reserve_ports
 
 
 @pytest.mark.parametrize("flag", ["--health-port", "--metrics-port"])

@@ -16,8 +16,8 @@ from kubegan_api.reserved import KUBEGAN_MOUNTS, RESERVED_ENV
 from kubegan_api.spec import decode_job
 from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.entry.cli import main
+from kubegan_operator.manifests.pods import render_all
 from kubegan_operator.placement.planner import static_plan
-from kubegan_operator.placement.render import render_all
 
 from tests.support.cel_cases import merge_patch
 from tests.support.world import JobWorld, gan_job

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from kubegan_api.contract import GANG_GATE
 from kubegan_api.spec import GANTrainingJob, GANTrainingJobSpec
-from kubegan_operator.api.loading import InputError, load_node_pools
+from kubegan_operator.api.input_files import InputError
+from kubegan_operator.api.loading import load_node_pools
 from kubegan_operator.foundation.pools import from_declared, from_nodepool
 from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.manifests.pods import render_pod
 from kubegan_operator.placement.planner import plan
-from kubegan_operator.placement.render import render_pod
 
 from tests.support.world import node
 

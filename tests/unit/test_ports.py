@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from kubegan_trainer import ports
+from kubegan_trainer.launch import ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def test_preferred_port_when_bindable_else_another() -> None:
 
 
 def test_script_prints_and_checks(tmp_path: Path) -> None:
-    script = ROOT / "trainer" / "kubegan_trainer" / "ports.py"
+    script = ROOT / "trainer" / "kubegan_trainer" / "launch" / "ports.py"
     env = {"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, str(script), "3", "--span", "2"],
@@ -210,7 +210,7 @@ def test_a_connection_left_closing_is_free_for_a_server_but_a_listener_is_not() 
     ports as its servers bind them (127.0.0.1, SO_REUSEADDR, as Go sets it): such a socket does
     not keep a server from binding, so it does not count; a listener does."""
     port = a_free_window(1)
-    script = ROOT / "trainer" / "kubegan_trainer" / "ports.py"
+    script = ROOT / "trainer" / "kubegan_trainer" / "launch" / "ports.py"
     as_server = [sys.executable, str(script), "--check", str(port), "--host", "127.0.0.1"]
     with socket.socket() as server, socket.socket() as peer:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a Go server's

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from kubegan_operator.foundation.progress import (
+from kubegan_operator.foundation.trainer_metrics import (
     TrainerProgress,
-    fetch_progress,
     last_epoch_seconds,
     parse_trainer_metrics,
     progress_read_due_in,
 )
-from kubegan_trainer.metrics import TrainerMetrics
-from kubegan_trainer.ports import reserve_port
+from kubegan_operator.runtime.progress_reader import fetch_progress
+from kubegan_trainer.launch.ports import reserve_port
+from kubegan_trainer.worker.worker_metrics import TrainerMetrics
 
 
 def test_reads_epoch_and_durations_from_trainer_metrics() -> None:

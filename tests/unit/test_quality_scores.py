@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from kubegan_trainer.data.digits import load_digits_dataset
 from kubegan_trainer.data.showers import ENERGY_SCALE, preprocess, shower, synthetic_showers
-from kubegan_trainer.driver import Generated
-from kubegan_trainer.quality import ClassifierScorer, PairedScorer, shower_distances
+from kubegan_trainer.worker.driver import Generated
+from kubegan_trainer.worker.quality import ClassifierScorer, PairedScorer, shower_distances
 
 
 class Replay:

@@ -13,13 +13,14 @@ from kubegan_api.contract import (
     WORKER_INDEX_LABEL,
     termination_message,
 )
-from kubegan_operator.decide.reconcile import hourly, reconcile
+from kubegan_operator.decide.cost_accrual import hourly
+from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.foundation.cost import dollars_now
 from kubegan_operator.foundation.podstate import Outcome, classify
-from kubegan_operator.foundation.progress import ProgressUpdate
 from kubegan_operator.foundation.timeutil import parse_time
-from kubegan_operator.placement.planner import Plan
-from kubegan_operator.runtime.cache import NOT_READY_GRACE_SECONDS
+from kubegan_operator.foundation.trainer_metrics import ProgressUpdate
+from kubegan_operator.placement.plan import Plan
+from kubegan_operator.runtime.readiness import NOT_READY_GRACE_SECONDS
 
 from tests.support.world import PLAN, JobWorld, running_world
 from tests.support.world import gan_job as job
@@ -472,9 +473,9 @@ def test_the_cost_gauge_adds_the_open_interval_the_status_has_not_written_yet() 
 
 def test_per_worker_shows_tpu_chips_gpus_or_cpu() -> None:
     """kubectl's Per-Worker column: a TPU job shows its chips, not 0 GPUs."""
-    from kubegan_operator.decide.reconcile import _per_worker
-    from kubegan_operator.placement.planner import Plan
+    from kubegan_operator.decide.gang_create import per_worker
+    from kubegan_operator.placement.plan import Plan
 
-    assert _per_worker(Plan(True, workers=4, tpu_chips_per_worker=4)) == "4xTPU"
-    assert _per_worker(Plan(True, workers=4, gpus_per_worker=8)) == "8xGPU"
-    assert _per_worker(Plan(True, workers=2)) == "CPU"
+    assert per_worker(Plan(True, workers=4, tpu_chips_per_worker=4)) == "4xTPU"
+    assert per_worker(Plan(True, workers=4, gpus_per_worker=8)) == "8xGPU"
+    assert per_worker(Plan(True, workers=2)) == "CPU"

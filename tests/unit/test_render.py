@@ -13,8 +13,9 @@ from kubegan_api import contract
 from kubegan_operator.api.loading import load_job
 from kubegan_operator.entry.cli import main
 from kubegan_operator.foundation.topology import build_inventory
-from kubegan_operator.placement.planner import Plan, plan
-from kubegan_operator.placement.render import render_all
+from kubegan_operator.manifests.pods import render_all
+from kubegan_operator.placement.plan import Plan
+from kubegan_operator.placement.planner import plan
 
 from tests.support.world import node
 

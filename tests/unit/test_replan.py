@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from kubegan_api.contract import PLANNED_NODE_ANNOTATION
 from kubegan_api.spec import GANTrainingJob
-from kubegan_operator.decide.reconcile import REPLAN_AFTER_SECONDS
+from kubegan_operator.decide.gang_watch import REPLAN_AFTER_SECONDS
 from kubegan_operator.foundation.topology import NodeInfo, node_capacity
-from kubegan_operator.placement.planner import Plan
-from kubegan_operator.placement.render import render_pod
+from kubegan_operator.manifests.pods import render_pod
+from kubegan_operator.placement.plan import Plan
 from kubegan_operator.placement.replan import PinnedWorker, unbindable
 
 from tests.support.world import PLAN, T0, Indexes, JobWorld, node, pod_body

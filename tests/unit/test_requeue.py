@@ -5,8 +5,9 @@ tests/support/world.py, as test_reconcile is."""
 from __future__ import annotations
 
 import pytest
-from kubegan_operator.decide.reconcile import COST_ACCRUAL_SECONDS, REPLAN_AFTER_SECONDS
-from kubegan_operator.placement.planner import Plan
+from kubegan_operator.decide.cost_accrual import COST_ACCRUAL_SECONDS
+from kubegan_operator.decide.gang_watch import REPLAN_AFTER_SECONDS
+from kubegan_operator.placement.plan import Plan
 
 from tests.support.world import JobWorld, running_world
 from tests.support.world import gan_job as job

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 from kubegan_api.quantity import parse_quantity
-from kubegan_operator.api import loading
-from kubegan_operator.api.loading import InputError
+from kubegan_operator.api import yaml_json
+from kubegan_operator.api.input_files import InputError
 from kubegan_operator.entry.cli import main
-from kubegan_trainer.cluster_env import visible_gpus
+from kubegan_trainer.worker.cluster_env import visible_gpus
 
 from tests.support.world import node
 
@@ -89,9 +89,9 @@ def test_too_deep_yaml_gets_the_projects_message_from_either_loader(loader: str,
     if loader == "libyaml":
         assert yaml.__with_libyaml__, "PyYAML without libyaml: the C loader is not tested"
     text, where = DEEP_DOCUMENTS[case]
-    loader_class = loading._LOADER if loader == "libyaml" else loading._PY_LOADER
+    loader_class = yaml_json._LOADER if loader == "libyaml" else yaml_json._PY_LOADER
     with pytest.raises(InputError) as err:
-        loading.parse_yaml_documents(text, "deep.yaml", loader_class=loader_class)
+        yaml_json.parse_yaml_documents(text, "deep.yaml", loader_class=loader_class)
     assert err.value.problems == [f"deep.yaml:{where}: invalid YAML: nested deeper than 100 levels"]
 
 

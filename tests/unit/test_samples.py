@@ -4,7 +4,7 @@ its label shows at a glance (README's demo picture)."""
 from __future__ import annotations
 
 import numpy as np
-from kubegan_trainer.samples import CLASS_ROW, class_rows_grid, image_grid, sample_count
+from kubegan_trainer.worker.samples import CLASS_ROW, class_rows_grid, image_grid, sample_count
 
 
 def test_one_row_per_class_in_label_order() -> None:

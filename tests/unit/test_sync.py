@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from kubegan_api import spec as api
 from kubegan_api.contract import GANG_GATE
-from kubegan_operator.runtime import cache, controller
+from kubegan_operator.runtime import controller
+from kubegan_operator.runtime.expectations import EXPECTATION_TIMEOUT_SECONDS
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.world import RecordingKube, World, job_body, node
@@ -132,7 +133,7 @@ def test_service_and_config_map_are_created_once_while_the_watch_lags() -> None:
                 w.add_pod(obj)
         await ctl.sync(key)
         assert sorted(shared_creates()) == ["g", "g-config"]
-        later = ctl.expectations.clock() + cache.EXPECTATION_TIMEOUT_SECONDS + 1
+        later = ctl.expectations.clock() + EXPECTATION_TIMEOUT_SECONDS + 1
         ctl.expectations.clock = lambda: later
         await ctl.sync(key)
         assert sorted(shared_creates()) == ["g", "g", "g-config", "g-config"]

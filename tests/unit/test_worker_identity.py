@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubegan_operator.api.loading import InputError
+from kubegan_operator.api.input_files import InputError
 from kubegan_operator.decide.snapshot import WorkerIdentity
 from kubegan_operator.entry.cli import build_parser
 from kubegan_operator.entry.main import worker_identities

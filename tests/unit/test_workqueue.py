@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kubegan_operator.foundation.workqueue import WorkQueue
+from kubegan_operator.runtime.workqueue import WorkQueue
 
 
 def test_a_burst_of_events_is_one_reconcile() -> None:

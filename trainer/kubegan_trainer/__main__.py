@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,24 +18,22 @@ from kubegan_api.contract import CONFIG_FILE, ENV_CONFIG, EXIT_USER_ERROR
 from kubegan_api.sections import TrainerConfig
 from pydantic import ValidationError
 
-from kubegan_trainer.cluster_env import ClusterEnv
-from kubegan_trainer.entrypoints import load_entrypoint
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.files import regular_file_problem
+from kubegan_trainer.base.bounded_read import regular_file_problem
+from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.worker.cluster_env import ClusterEnv
+from kubegan_trainer.worker.entrypoints import load_entrypoint
+from kubegan_trainer.worker.logs import configure_logging
 
 if TYPE_CHECKING:
-    from kubegan_trainer.driver import Hooks
+    from kubegan_trainer.worker.driver import Hooks
 
-BACKENDS = {"pytorch": "kubegan_trainer.torch_backend", "tensorflow": "kubegan_trainer.tf_backend"}
+# Each backend's entry module: run(env, config, hooks=None) -> exit code.
+BACKENDS = {
+    "pytorch": "kubegan_trainer.backends.torch.entry",
+    "tensorflow": "kubegan_trainer.backends.tf.entry",
+}
 # The package each backend needs; a missing one is a one-line error, not a traceback.
 FRAMEWORK_PACKAGES = {"pytorch": "torch", "tensorflow": "tensorflow"}
-
-
-def configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO, format="[kubegan] %(message)s", stream=sys.stderr, force=True
-    )
-    logging.getLogger("kubegan_trainer").setLevel(logging.INFO)
 
 
 def load_config(path: str) -> TrainerConfig:
@@ -69,7 +66,7 @@ def load_backend(framework: str):  # -> module with run(env, config, hooks=None)
     try:
         return importlib.import_module(BACKENDS[framework])
     except ModuleNotFoundError as err:
-        if err.name == BACKENDS[framework]:
+        if err.name and f"{BACKENDS[framework]}.".startswith(f"{err.name}."):
             raise TrainerError(f"framework: this trainer has no {framework} backend yet") from None
         raise
 

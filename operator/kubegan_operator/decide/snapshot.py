@@ -15,9 +15,9 @@ from typing import Any
 from kubegan_api.spec import GANTrainingJobSpec
 
 from kubegan_operator.foundation.kueue import QueueWait
-from kubegan_operator.foundation.progress import ProgressUpdate
+from kubegan_operator.foundation.trainer_metrics import ProgressUpdate
 from kubegan_operator.placement.gang import GangMode
-from kubegan_operator.placement.planner import Plan
+from kubegan_operator.placement.plan import Plan
 
 # A placement for the job's (validated) spec against the free capacity now.
 Planner = Callable[[GANTrainingJobSpec], Plan]

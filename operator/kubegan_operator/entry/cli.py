@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -21,12 +19,23 @@ from kubegan_api.contract import EXIT_USER_ERROR, KUEUE_QUEUE_LABEL
 from kubegan_api.spec import GANTrainingJob
 
 from kubegan_operator import __version__
-from kubegan_operator.api.loading import InputError, load_job, load_objects, load_prices
+from kubegan_operator.api.input_files import InputError
+from kubegan_operator.api.loading import load_job, load_objects, load_prices
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.entry.arg_types import (
+    default_queue_arg,
+    name_arg,
+    path_arg,
+    progress_seconds_arg,
+    worker_identity_arg,
+    worker_identity_label_arg,
+)
 from kubegan_operator.foundation.topology import build_inventory
-from kubegan_operator.placement.gang import GangMode, held_natively
+from kubegan_operator.manifests.pod_groups import held_natively
+from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.placement.localplan import local_plan
-from kubegan_operator.placement.planner import Plan, plan, static_plan
+from kubegan_operator.placement.plan import Plan
+from kubegan_operator.placement.planner import plan, static_plan
 
 EXIT_BAD_INPUT = EXIT_USER_ERROR  # the trainer's code for a wrong job: one meaning
 EXIT_INFEASIBLE = 3
@@ -80,8 +89,8 @@ def cmd_crd(args: argparse.Namespace) -> int:
 def _check_entrypoint(job: GANTrainingJob) -> None:
     """Refuse an entrypoint that names a standard-library, framework or kubegan callable
     (`os:system`); by name only: validating a job file never imports or runs its code."""
-    from kubegan_trainer.entrypoints import check_entrypoint_name
-    from kubegan_trainer.errors import TrainerError
+    from kubegan_trainer.base.errors import TrainerError
+    from kubegan_trainer.worker.entrypoints import check_entrypoint_name
 
     if job.spec.model.entrypoint:
         try:
@@ -104,7 +113,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from kubegan_operator.placement.render import render_all
+    from kubegan_operator.manifests.pods import render_all
 
     result, job = _plan_for(args, args.job)
     if not result.feasible:
@@ -127,7 +136,7 @@ def local_gpu_count() -> int:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
-    from kubegan_trainer.cluster_env import visible_gpus  # the one device-list parser
+    from kubegan_trainer.worker.cluster_env import visible_gpus  # the one device-list parser
 
     installed = sum(line.startswith("GPU ") for line in out.splitlines())
     return len(visible_gpus(os.environ, installed)[:installed])
@@ -139,8 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job.spec.resources.tpu is not None:
         raise InputError(["spec.resources.tpu: a TPU slice cannot run locally; use a cluster"])
     # Imported here: the trainer's local runner is not needed by any other subcommand.
-    from kubegan_trainer.errors import TrainerError
-    from kubegan_trainer.local_run import run_local
+    from kubegan_trainer.base.errors import TrainerError
+    from kubegan_trainer.launch.local_run import run_local
 
     # The planner's shape and the pricing module's rate, for this machine (localplan).
     placed, note = local_plan(job.spec, local_gpu_count(), _prices(args.prices))
@@ -171,103 +180,6 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
-def _path(text: str) -> str:
-    """A file or directory argument. An empty one is refused by name: Path("") is ".",
-    which gave "kubegan validate: .: is a directory" for `kubegan validate ""`."""
-    if not text:
-        raise argparse.ArgumentTypeError("the path is empty")
-    return text
-
-
-def _name(text: str) -> str:
-    """A Kubernetes name argument (namespace, Lease): empty is refused, not sent."""
-    if not text:
-        raise argparse.ArgumentTypeError("the name is empty")
-    return text
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# A label key (optional DNS-subdomain prefix, a name of at most 63) and value, as Kubernetes
-# allows them; the value may be empty.
-_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?")
-
-
-def _is_dns_label(name: str) -> bool:
-    return len(name) <= 63 and _DNS_LABEL.fullmatch(name) is not None
-
-
-def _namespace_and_name(
-    text: str, form: str, name_problem: Callable[[str], str | None]
-) -> tuple[str, str]:
-    """A NAMESPACE=NAME option value, split. The namespace is checked here so that every
-    such option refuses the same values with the same words; `name_problem` says what is
-    wrong with NAME, if anything. `form` is the option's metavar, for the error."""
-    namespace, sep, name = text.partition("=")
-    if not sep or not _is_dns_label(namespace):
-        problem = f"namespace {namespace!r} is not a DNS label"
-    else:
-        problem = name_problem(name)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {form} ({problem})")
-    return namespace, name
-
-
-def _default_queue(text: str) -> tuple[str, str]:
-    """NAMESPACE=LOCALQUEUE: Kueue's queue for the jobs of a namespace that name none."""
-    return _namespace_and_name(
-        text,
-        "NAMESPACE=LOCALQUEUE",
-        lambda queue: None if _is_dns_label(queue) else f"LocalQueue {queue!r} is not a DNS label",
-    )
-
-
-def _worker_identity(text: str) -> tuple[str, str]:
-    """NAMESPACE=SERVICEACCOUNT: who workers of a namespace's jobs naming none run as."""
-    return _namespace_and_name(
-        text,
-        "NAMESPACE=SERVICEACCOUNT",
-        lambda account: (
-            None
-            if len(account) <= 253 and _DNS_SUBDOMAIN.fullmatch(account)
-            else f"{account!r} is not a ServiceAccount name"
-        ),
-    )
-
-
-def _label_key_problem(key: str) -> str | None:
-    prefix, slash, name = key.rpartition("/")
-    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
-        return f"label key prefix {prefix!r} is not a DNS subdomain"
-    if not _LABEL_NAME.fullmatch(name):
-        return f"label key {key!r} is not a label name"
-    return None
-
-
-def _worker_identity_label(text: str) -> tuple[str, str, str]:
-    """NAMESPACE=KEY=VALUE: a label the workers running as that namespace's identity get."""
-    namespace, _, rest = text.partition("=")
-    key, sep, value = rest.partition("=")
-    if not sep or not _is_dns_label(namespace):
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE=KEY=VALUE")
-    problem = _label_key_problem(key)
-    if problem is None and value and not _LABEL_NAME.fullmatch(value):
-        problem = f"label value {value!r} is not a label value"
-    if problem is not None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE=KEY=VALUE ({problem})")
-    return namespace, key, value
-
-
-def _progress_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 1 <= value <= 3600:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 1 to 3600")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kubegan",
@@ -286,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Exit 0 printing 'valid', or exit 2 with one line per problem as "
         "'<dotted.path>: <reason>'.",
     )
-    p.add_argument("job", metavar="JOB.yaml", type=_path)
+    p.add_argument("job", metavar="JOB.yaml", type=path_arg)
     p.set_defaults(func=cmd_validate)
 
     for name, func, helptext in (
@@ -294,24 +206,24 @@ def build_parser() -> argparse.ArgumentParser:
         ("render", cmd_render, "print the Service/ConfigMap/Pods the operator would create"),
     ):
         p = sub.add_parser(name, help=helptext, description=helptext)
-        p.add_argument("job", metavar="JOB.yaml", type=_path)
+        p.add_argument("job", metavar="JOB.yaml", type=path_arg)
         p.add_argument(
             "--nodes",
             metavar="NODES.yaml",
-            type=_path,
+            type=path_arg,
             required=name == "plan",
             help="nodes as `kubectl get nodes -o yaml` prints them, or a YAML stream",
         )
         p.add_argument(
             "--pods",
             metavar="PODS.yaml",
-            type=_path,
+            type=path_arg,
             help="running pods (`kubectl get pods -A -o yaml`)",
         )
         p.add_argument(
             "--prices",
             metavar="PRICES.yaml",
-            type=_path,
+            type=path_arg,
             help="price table {source, asOf, accelerators: {NAME: {onDemand, spot}}, "
             "cpu: {onDemand, spot}, memory: {onDemand, spot}} (USD per unit-hour)",
         )
@@ -331,9 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the workers as local processes with checkpoints, samples and "
         "metrics in DIR; run again on the same DIR to resume.",
     )
-    p.add_argument("job", metavar="JOB.yaml", type=_path)
+    p.add_argument("job", metavar="JOB.yaml", type=path_arg)
     p.add_argument(
-        "--output", metavar="DIR", type=_path, help="output directory (default runs/<name>)"
+        "--output", metavar="DIR", type=path_arg, help="output directory (default runs/<name>)"
     )
     p.add_argument(
         "--allow-config-change",
@@ -344,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prices",
         metavar="PRICES.yaml",
-        type=_path,
+        type=path_arg,
         help="price table for the run's cost rate, as for `kubegan plan`",
     )
     p.set_defaults(func=cmd_run)
@@ -356,16 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--namespace",
         action="append",
-        type=_name,
+        type=name_arg,
         help="watch only this namespace (repeatable)",
     )
     p.add_argument("--metrics-port", type=int, default=8000, help="operator metrics port")
     p.add_argument("--health-port", type=int, default=8080, help="liveness endpoint port")
-    p.add_argument("--prices", metavar="PRICES.yaml", type=_path, help="price table file")
+    p.add_argument("--prices", metavar="PRICES.yaml", type=path_arg, help="price table file")
     p.add_argument(
         "--node-pools",
         metavar="POOLS.yaml",
-        type=_path,
+        type=path_arg,
         help="autoscaled node pools the planner may scale up (the chart's autoscaling.pools)",
     )
     p.add_argument(
@@ -385,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--default-queue",
         action="append",
-        type=_default_queue,
+        type=default_queue_arg,
         metavar="NAMESPACE=LOCALQUEUE",
         help=f"hand the jobs of NAMESPACE that carry no {KUEUE_QUEUE_LABEL} label to "
         "Kueue's LocalQueue LOCALQUEUE (repeatable; a job's own label wins)",
@@ -393,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--worker-identity",
         action="append",
-        type=_worker_identity,
+        type=worker_identity_arg,
         metavar="NAMESPACE=SERVICEACCOUNT",
         help="run the workers of NAMESPACE's jobs that name no service account as "
         "SERVICEACCOUNT (a workload identity for their bucket; repeatable)",
@@ -401,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--worker-identity-label",
         action="append",
-        type=_worker_identity_label,
+        type=worker_identity_label_arg,
         metavar="NAMESPACE=KEY=VALUE",
         help="a label for the workers that run as NAMESPACE's --worker-identity (AKS: "
         "azure.workload.identity/use=true; repeatable)",
@@ -414,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--progress-interval",
-        type=_progress_seconds,
+        type=progress_seconds_arg,
         default=15.0,
         metavar="SECONDS",
         help="read each running job's progress this often (1-3600, default 15)",
@@ -426,12 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--leader-election-namespace",
-        type=_name,
+        type=name_arg,
         help="the Lease's namespace (default: the pod's own, else default)",
     )
     p.add_argument(
         "--leader-election-name",
-        type=_name,
+        type=name_arg,
         default="kubegan-operator",
         help="the Lease's name",
     )

@@ -6,24 +6,21 @@ import argparse
 import logging
 
 import kopf
-from kubegan_trainer.ports import is_bindable
+from kubegan_trainer.launch.ports import is_bindable
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from kubegan_operator.api.loading import InputError, load_node_pools, load_prices
+import kubegan_operator.runtime.kopf_handlers  # noqa: F401  (importing registers kopf's handlers)
+from kubegan_operator.api.input_files import InputError
+from kubegan_operator.api.loading import load_node_pools, load_prices
 from kubegan_operator.api.pricing import DEFAULT_PRICES
 from kubegan_operator.decide.snapshot import WorkerIdentity
-from kubegan_operator.foundation import heap
-from kubegan_operator.foundation.leader import (
-    LeaseConfig,
-    LeaseElector,
-    default_identity,
-    default_namespace,
-)
+from kubegan_operator.foundation.lease import LeaseConfig
 from kubegan_operator.placement.gang import POD_GROUP_API, POD_GROUP_PLURAL, GangMode
-from kubegan_operator.runtime import controller, metrics
+from kubegan_operator.runtime import controller, heap, metrics
 from kubegan_operator.runtime.kube import Kube, KubeconfigError
-from kubegan_operator.runtime.pools import PoolSource
+from kubegan_operator.runtime.leader import LeaseElector, default_identity, default_namespace
+from kubegan_operator.runtime.pool_source import PoolSource
 
 log = logging.getLogger("kubegan.operator")
 

@@ -1,4 +1,4 @@
-"""Leaf facts and parsers: node topology, pod verdicts, progress, cost, time, CEL, the work queue
-and leader lease. Imports no other layer.
+"""Leaf facts and parsers, no I/O: node topology, pod verdicts, the trainer's metrics, cost, time,
+Kueue's words, the Lease protocol. Imports no other layer.
 
 Layer order and rules: docs/design.md §11, tests/unit/test_layers.py."""

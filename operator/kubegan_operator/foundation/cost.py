@@ -1,7 +1,7 @@
 """What a job has cost: the dollars its status records plus the interval still open.
 
 Cost accrues only while a gang runs. reconcile brings `status.cost.dollars` up to date at
-every phase change and every few minutes (`reconcile.COST_ACCRUAL_SECONDS`), and leaves
+every phase change and every few minutes (`cost_accrual.COST_ACCRUAL_SECONDS`), and leaves
 `costAccruedAt` set while the gang runs; the operator's cost gauge adds the open interval
 itself, so it is current without a status write per scrape.
 """

@@ -17,7 +17,8 @@ from kubegan_api.spec import GANTrainingJobSpec
 
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.foundation.topology import Inventory, NodeInfo
-from kubegan_operator.placement.planner import Plan, plan
+from kubegan_operator.placement.plan import Plan
+from kubegan_operator.placement.planner import plan
 
 LOCAL_NODE = "local"
 

@@ -9,15 +9,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from decimal import Decimal
-from typing import Any
+from dataclasses import replace
 
-from kubegan_api.quantity import parse_quantity
 from kubegan_api.resources import SpotPolicy
 from kubegan_api.sections import Strategy
 from kubegan_api.spec import GANTrainingJobSpec
-from kubegan_trainer.distribution import decide_strategy
+from kubegan_trainer.worker.distribution import decide_strategy
 
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable, WorkerRequest, cost_per_hour
 from kubegan_operator.foundation.pools import (
@@ -28,204 +25,14 @@ from kubegan_operator.foundation.pools import (
     room_for,
 )
 from kubegan_operator.foundation.topology import (
-    GPU_TAINT_KEYS,
-    SPOT_TAINT_KEYS,
-    TPU_TAINT_KEYS,
     Inventory,
     NodeInfo,
     Taint,
 )
+from kubegan_operator.placement.eligibility import Requirements, ineligibility
+from kubegan_operator.placement.plan import Plan
 
 MAX_LISTED = 6  # skipped nodes named in a reason before "and N more"
-
-
-@dataclass(frozen=True)
-class Plan:
-    feasible: bool
-    workers: int = 0
-    gpus_per_worker: int = 0
-    tpu_chips_per_worker: int = 0
-    strategy: str = ""
-    nodes: tuple[str, ...] = ()
-    spot: bool = False
-    pool: str = ""
-    pool_label: str = ""
-    accelerator: str = ""
-    cost_per_hour: float = 0.0
-    reason: str = ""
-    # Nodes an autoscaled pool must add for this plan (its workers beyond `nodes` wait for
-    # them, pinned to the pool), and where they come from, for the status and the events.
-    new_nodes: int = 0
-    pool_source: str = ""
-    pool_limits: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "feasible": self.feasible,
-            "workers": self.workers,
-            "gpusPerWorker": self.gpus_per_worker,
-            "tpuChipsPerWorker": self.tpu_chips_per_worker,
-            "strategy": self.strategy,
-            "nodes": list(self.nodes),
-            "spot": self.spot,
-            "pool": self.pool,
-            "poolLabel": self.pool_label,
-            "accelerator": self.accelerator,
-            "costPerHour": self.cost_per_hour,
-            "reason": self.reason,
-            **(
-                {
-                    "newNodes": self.new_nodes,
-                    "poolSource": self.pool_source,
-                    "poolLimits": self.pool_limits,
-                }
-                if self.new_nodes
-                else {}
-            ),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Plan:
-        """The form `to_json` wrote into job status; ValueError/TypeError if tampered with."""
-        return cls(
-            feasible=bool(data.get("feasible")),
-            workers=int(data.get("workers", 0)),
-            gpus_per_worker=int(data.get("gpusPerWorker", 0)),
-            tpu_chips_per_worker=int(data.get("tpuChipsPerWorker", 0)),
-            strategy=str(data.get("strategy", "")),
-            nodes=tuple(data.get("nodes") or ()),
-            spot=bool(data.get("spot")),
-            pool=str(data.get("pool", "")),
-            pool_label=str(data.get("poolLabel", "")),
-            accelerator=str(data.get("accelerator", "")),
-            cost_per_hour=float(data.get("costPerHour", 0.0)),
-            reason=str(data.get("reason", "")),
-            new_nodes=int(data.get("newNodes", 0)),
-            pool_source=str(data.get("poolSource", "")),
-            pool_limits=str(data.get("poolLimits", "")),
-        )
-
-    def waits_for_capacity(self) -> bool:
-        return self.new_nodes > 0
-
-
-# ---- tolerations --------------------------------------------------------------------------
-
-
-def automatic_tolerations(spec: GANTrainingJobSpec) -> list[dict[str, str]]:
-    """The well-known taints kubegan tolerates by itself for what the job uses."""
-    keys: list[str] = []
-    if spec.resources.tpu is not None:
-        keys += TPU_TAINT_KEYS
-    elif (spec.resources.gpus or spec.resources.gpus_per_worker or 0) > 0:
-        keys += GPU_TAINT_KEYS
-    if spec.placement.spot != SpotPolicy.never:
-        keys += SPOT_TAINT_KEYS
-    return [{"key": k, "operator": "Exists"} for k in keys]
-
-
-def job_tolerations(spec: GANTrainingJobSpec) -> list[dict[str, Any]]:
-    user = [t.to_api() for t in spec.placement.tolerations]
-    return automatic_tolerations(spec) + [t for t in user if t not in automatic_tolerations(spec)]
-
-
-def tolerates(tolerations: Sequence[dict[str, Any]], taint: Taint) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint.effect:
-            continue
-        if t.get("operator", "Equal") == "Exists":
-            if not t.get("key") or t["key"] == taint.key:
-                return True
-        elif t.get("key") == taint.key and t.get("value", "") == taint.value:
-            return True
-    return False
-
-
-# ---- eligibility --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Requirements:
-    """What a job asks of every node, worked out once per plan: a plan looks at every node
-    of the cluster, and re-deriving tolerations and quantities per node was most of its
-    time at 1000 nodes."""
-
-    spot: SpotPolicy
-    node_selector: tuple[tuple[str, str], ...]
-    accelerator: str
-    tolerations: tuple[dict[str, Any], ...]
-    cpu: Decimal | None
-    memory: Decimal | None
-    cpu_text: str
-    memory_text: str
-
-    @classmethod
-    def of(cls, spec: GANTrainingJobSpec) -> Requirements:
-        r = spec.resources
-        return cls(
-            spot=spec.placement.spot,
-            node_selector=tuple(spec.placement.node_selector.items()),
-            accelerator=r.accelerator or "",
-            tolerations=tuple(job_tolerations(spec)),
-            cpu=None if r.cpu is None else parse_quantity(r.cpu),
-            memory=None if r.memory is None else parse_quantity(r.memory),
-            cpu_text=str(r.cpu),
-            memory_text=str(r.memory),
-        )
-
-
-def ineligibility(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool]) -> str | None:
-    """Why `node` cannot run a worker of this job at all, or None if it can. `tolerated`
-    remembers taints already judged (the nodes of a pool share theirs). The first reason in
-    this order is the one reported. Called for every node on every plan: the node's state
-    and spot policy are checked here, without a call each."""
-    if not node.ready:
-        return "NotReady"
-    if node.unschedulable:
-        return "cordoned"
-    if req.spot == SpotPolicy.never and node.spot:
-        return "spot node (placement.spot: never)"
-    if req.spot == SpotPolicy.required and not node.spot:
-        return "not a spot node (placement.spot: required)"
-    return _unmatched(node, req) or _untolerated(node, req, tolerated) or _too_small(node, req)
-
-
-def _unmatched(node: NodeInfo, req: Requirements) -> str | None:
-    """The node's labels do not match the job's nodeSelector or accelerator."""
-    for key, value in req.node_selector:
-        if node.labels.get(key) != value:
-            return f"nodeSelector {key}={value} not matched"
-    if req.accelerator and req.accelerator not in (
-        node.accelerator,
-        node.labels.get("nvidia.com/gpu.product", ""),
-    ):
-        return f"accelerator {node.accelerator or 'none'}, want {req.accelerator}"
-    return None
-
-
-def _untolerated(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool]) -> str | None:
-    """A NoSchedule/NoExecute taint of the node the job does not tolerate."""
-    for taint in node.taints:
-        if taint.effect not in ("NoSchedule", "NoExecute"):
-            continue
-        if taint not in tolerated:
-            tolerated[taint] = tolerates(req.tolerations, taint)
-        if not tolerated[taint]:
-            return f"taint {taint} not tolerated"
-    return None
-
-
-def _too_small(node: NodeInfo, req: Requirements) -> str | None:
-    """Less CPU or memory free than one worker requests (GPUs are counted by the shape)."""
-    if req.cpu is not None and node.free_cpu < req.cpu:
-        return f"{_fmt(node.free_cpu)} CPU free, need {req.cpu_text}"
-    if req.memory is not None and node.free_memory < req.memory:
-        return f"{_fmt(node.free_memory / 2**30)}Gi memory free, need {req.memory_text}"
-    return None
-
-
-def _fmt(d: Decimal) -> str:
-    return f"{float(d):.3g}"
 
 
 # ---- shape and node choice ----------------------------------------------------------------
@@ -271,7 +78,7 @@ def choose_nodes(candidates: Sequence[NodeInfo], workers: int, per_worker: int) 
 
 
 def resolve_strategy(spec: GANTrainingJobSpec, workers: int) -> str:
-    """The trainer's own decision (kubegan_trainer.distribution), for this job's shape."""
+    """The trainer's own decision (kubegan_trainer.worker.distribution), for this job's shape."""
     tpu = spec.resources.tpu is not None
     return decide_strategy(spec.framework, spec.strategy, workers, tpu)
 
@@ -291,7 +98,7 @@ def plan(
     pools: Sequence[PoolTemplate] = (),
 ) -> Plan:
     """Free capacity on the nodes that exist first; when that cannot hold the job, the
-    cheapest autoscaled pool that can add the nodes (issue 24)."""
+    cheapest autoscaled pool that can add the nodes."""
     now = plan_existing(spec, inventory, prices)
     if now.feasible or not pools or spec.resources.tpu is not None:
         return now

@@ -1,9 +1,9 @@
-"""Whether a released gang can still be bound where it was planned (issue 13).
+"""Whether a released gang can still be bound where it was planned.
 
-Each worker is pinned to its planned node (render.node_affinity), so the scheduler binds it
+Each worker is pinned to its planned node (manifests/affinity.py), so the scheduler binds it
 there or nowhere. When that node goes away, stops taking pods (NotReady, cordoned), or
 something bound there meanwhile took the room the worker needs, waiting is pointless: the
-gang is planned again at once instead of after `reconcile.REPLAN_AFTER_SECONDS` (which stays
+gang is planned again at once instead of after `gang_watch.REPLAN_AFTER_SECONDS` (which stays
 for what this cannot see, such as a scheduler that keeps refusing for reasons of its own).
 
 Pure: the controller gathers the inputs from its indexes, reconcile acts on the answer.

@@ -7,7 +7,7 @@ then events in the background.
 
 What the operator writes, its watch shows only later, and a level-based reconcile must not
 act twice on one state. So before anything is sent, `Applier.apply` records in one place
-what the decision will make the watch show (cache.Expectations): pods present, going or
+what the decision will make the watch show (Expectations): pods present, going or
 ungated, the Service and ConfigMap made, the new workers' usage on their planned nodes (the
 next plan on the event loop counts them); after the status write, the job as it returned.
 """
@@ -24,11 +24,14 @@ from typing import Any
 from kubegan_api.conditions import Reason
 from kubernetes.client.exceptions import ApiException
 
-from kubegan_operator.decide.reconcile import Decision, failed_status
+from kubegan_operator.decide.context import Decision
+from kubegan_operator.decide.lifecycle import failed_status
 from kubegan_operator.decide.snapshot import JobSnapshot
 from kubegan_operator.foundation.topology import PodUsage, pod_usage
 from kubegan_operator.placement.gang import POD_GROUP_KIND
-from kubegan_operator.runtime import cache, metrics
+from kubegan_operator.runtime import metrics
+from kubegan_operator.runtime.expectations import Expectations, Seen
+from kubegan_operator.runtime.indexes import JobKey, index_job_pod
 from kubegan_operator.runtime.threads import ApiThreads
 
 SHARED_KINDS = frozenset({"Service", "ConfigMap"})
@@ -49,12 +52,12 @@ class Applied:
 
 
 class Applier:
-    def __init__(self, kube: Any, expectations: cache.Expectations, threads: ApiThreads) -> None:
+    def __init__(self, kube: Any, expectations: Expectations, threads: ApiThreads) -> None:
         self.kube = kube
         self.expectations = expectations
         self.threads = threads
 
-    async def apply(self, key: cache.JobKey, seen: JobSnapshot, d: Decision) -> Applied:
+    async def apply(self, key: JobKey, seen: JobSnapshot, d: Decision) -> Applied:
         """Carry out `d`, decided from `seen`; what the apiserver answered."""
         namespace, name = key
         # Before anything is awaited: the next plan on this loop counts these workers.
@@ -102,34 +105,34 @@ class Applier:
         whole = bool(wanted) and wanted == {_name(p) for p in created}
         return self._written(key, Applied(written, tuple(created), whole))
 
-    def _expect(self, key: cache.JobKey, d: Decision) -> None:
+    def _expect(self, key: JobKey, d: Decision) -> None:
         """What the watch is to show once `d` is carried out."""
         for obj in d.create:
             if obj.get("kind") == "Pod":
-                self.expectations.expect(key, obj["metadata"]["name"], cache.Seen.present)
+                self.expectations.expect(key, obj["metadata"]["name"], Seen.present)
                 usage = pod_usage(obj)
                 if isinstance(usage, PodUsage):
                     self.expectations.reserve(key, usage)
         for pod in d.lift_gates:
-            self.expectations.expect(key, pod, cache.Seen.ungated)
+            self.expectations.expect(key, pod, Seen.ungated)
         for pod, _force in d.delete_pods:
-            self.expectations.expect(key, pod, cache.Seen.gone)
+            self.expectations.expect(key, pod, Seen.gone)
         # Created now (or found there: a 409), the watch may not show them yet: asking again
         # was a 409 for one job in seven at 1000 nodes.
         shared = {o.get("kind", "") for o in d.create} & SHARED_KINDS
         if shared:
             self.expectations.made(key, shared)
 
-    def _written(self, key: cache.JobKey, applied: Applied) -> Applied:
+    def _written(self, key: JobKey, applied: Applied) -> Applied:
         """The job as the status write returned it is read instead of the watch's until the
-        watch shows a newer one (cache.View.job)."""
+        watch shows a newer one (View.job)."""
         if applied.written is not None:
             self.expectations.of(key).written = applied.written
         return applied
 
     async def _write_status(
         self,
-        key: cache.JobKey,
+        key: JobKey,
         job: Mapping[str, Any],
         d: Decision,
         lifts: list[tuple[str, str]],
@@ -150,7 +153,7 @@ class Applier:
         return written, []
 
     def _refused(
-        self, key: cache.JobKey, seen: JobSnapshot, d: Decision, err: ApiException
+        self, key: JobKey, seen: JobSnapshot, d: Decision, err: ApiException
     ) -> dict[str, Any]:
         """The apiserver refused what the spec asked for (a field the CRD schema cannot
         check): the job cannot run as written. Say so instead of retrying forever."""
@@ -171,7 +174,7 @@ def _created_workers(objs: list[dict[str, Any]], answers: list[Any]) -> list[dic
         slim
         for obj, answer in zip(objs, answers, strict=True)
         if obj.get("kind") == "Pod" and isinstance(answer, Mapping)
-        for slim in cache.index_job_pod(answer).values()
+        for slim in index_job_pod(answer).values()
     ]
 
 

@@ -1,9 +1,10 @@
-"""kopf handlers: watches feed indexes, events queue jobs, workers reconcile (issue 13).
+"""The controller: watches feed indexes, events queue jobs, workers reconcile (the kopf handlers
+that feed it: kopf_handlers.py).
 
 State flows one way:
 
 1. **Watches -> indexes.** `@kopf.index` handlers keep what the operator reads of nodes,
-   pods, jobs and the jobs' Services and ConfigMaps (cache.py), updated by every event.
+   pods, jobs and the jobs' Services and ConfigMaps (indexes.py), updated by every event.
 2. **Events -> queue.** Event handlers only add job keys to one `WorkQueue`: a job's own
    events and its pods' queue that job; a node whose placement-relevant state changed (not a
    heartbeat) queues the jobs with workers on it and, if it may offer new capacity, the
@@ -26,25 +27,32 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
 from kubegan_api.contract import JOB_NAME_LABEL
-from kubegan_api.spec import GROUP, KIND, PLURAL, VERSION
+from kubegan_api.spec import GROUP, KIND
 from kubegan_api.status import Phase, PodPhase
 from kubernetes.client.exceptions import ApiException
 
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
-from kubegan_operator.decide.reconcile import Decision, kueue_finalizers_due, reconcile
+from kubegan_operator.decide.context import Decision
+from kubegan_operator.decide.kueue_steps import kueue_finalizers_due
+from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.decide.snapshot import JobSnapshot, WorkerIdentity
-from kubegan_operator.foundation import heap
-from kubegan_operator.foundation.leader import lost_leadership
-from kubegan_operator.foundation.progress import ProgressReader
-from kubegan_operator.foundation.workqueue import WorkQueue
 from kubegan_operator.placement.gang import GangMode
-from kubegan_operator.runtime import cache, metrics
+from kubegan_operator.runtime import metrics
 from kubegan_operator.runtime.apply import Applier
+from kubegan_operator.runtime.expectations import Expectations
+from kubegan_operator.runtime.free_capacity import FreeCapacity
+from kubegan_operator.runtime.indexes import (
+    JobKey,
+    index_node,
+    stored,
+)
 from kubegan_operator.runtime.observe import Observer
-from kubegan_operator.runtime.pools import PoolSource
+from kubegan_operator.runtime.pool_source import PoolSource
+from kubegan_operator.runtime.progress_reader import ProgressReader
 from kubegan_operator.runtime.threads import ApiThreads
+from kubegan_operator.runtime.view import View
+from kubegan_operator.runtime.workqueue import WorkQueue
 
 log = logging.getLogger("kubegan.operator")
 
@@ -62,7 +70,6 @@ MAX_ERROR_DELAY_SECONDS = 60.0
 # control plane: 16 workers passed about 18 new jobs a second, fewer than arrive when hundreds
 # are applied at once, and the queue, not the apiserver, was the wait.
 WORKERS = 64
-NOT_READY_GRACE_SECONDS = cache.NOT_READY_GRACE_SECONDS
 
 
 class Controller:
@@ -78,7 +85,7 @@ class Controller:
         read_progress: bool = True,
         progress_seconds: float = PROGRESS_SECONDS,
         workers: int = WORKERS,
-        capacity: cache.FreeCapacity | None = None,
+        capacity: FreeCapacity | None = None,
         pools: PoolSource | None = None,
         gang: GangMode = GangMode.gates,
         default_queues: Mapping[str, str] | None = None,
@@ -88,11 +95,11 @@ class Controller:
         self.pools = pools or PoolSource()
         self.namespaces = namespaces or None
         self.workers = workers
-        self.queue: WorkQueue[cache.JobKey] = WorkQueue()
-        self.expectations = cache.Expectations()
+        self.queue: WorkQueue[JobKey] = WorkQueue()
+        self.expectations = Expectations()
         # Fed by the node and pod index handlers below (tests feed their own).
-        self.capacity = capacity or cache.FreeCapacity()
-        self.view: cache.View | None = None
+        self.capacity = capacity or FreeCapacity()
+        self.view: View | None = None
         self.threads = ApiThreads()
         self.progress = ProgressReader(read_progress, progress_seconds)
         self.observer = Observer(
@@ -109,14 +116,14 @@ class Controller:
         )
         self.applier = Applier(kube, self.expectations, self.threads)
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}
-        self._errors: dict[cache.JobKey, int] = {}
+        self._errors: dict[JobKey, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     # ---- wiring ------------------------------------------------------------------------------
 
     def attach(self, indices: Mapping[str, Any]) -> None:
         """Read kopf's indexes (handed to every handler) through one View."""
-        self.view = self.observer.view = cache.View(
+        self.view = self.observer.view = View(
             jobs=indices["kubegan_jobs"],
             nodes=indices["kubegan_nodes"],
             # One index for both views of pods (node names and job keys never collide).
@@ -153,7 +160,7 @@ class Controller:
 
     # ---- triggers (kopf event handlers call these; no API calls) ------------------------------
 
-    def job_event(self, key: cache.JobKey) -> None:
+    def job_event(self, key: JobKey) -> None:
         self.queue.add(key)
 
     def pod_event(self, event_type: str, body: Mapping[str, Any]) -> None:
@@ -180,8 +187,8 @@ class Controller:
             more_capacity = False
         else:
             # The index handler has just read this event's node (kopf indexes first).
-            entry = cache._one(self.view.nodes.get(name)) if self.view is not None else None
-            key = (entry or cache.index_node(body)[name]).key
+            entry = stored(self.view.nodes.get(name)) if self.view is not None else None
+            key = (entry or index_node(body)[name]).key
             if old == key:
                 return False
             self._nodes_seen[name] = key
@@ -230,7 +237,7 @@ class Controller:
         while True:
             await asyncio.sleep(PROGRESS_SECONDS)
             assert self.view is not None
-            jobs = [cache._one(s) or {} for s in self.view.jobs.values()]
+            jobs = [stored(s) or {} for s in self.view.jobs.values()]
             metrics.observe_phases(
                 (
                     (j.get("metadata") or {}).get("namespace", ""),
@@ -251,7 +258,7 @@ class Controller:
 
     # ---- one sync: observe -> decide -> apply --------------------------------------------------
 
-    async def sync(self, key: cache.JobKey) -> None:
+    async def sync(self, key: JobKey) -> None:
         """Reconcile one job from the indexes and apply its decision."""
         assert self.view is not None
         job = self.view.job(key)
@@ -280,7 +287,7 @@ class Controller:
             await self.applier.apply(key, seen, d)
         self._requeue(key, seen, d)
 
-    def _requeue(self, key: cache.JobKey, seen: JobSnapshot, d: Decision) -> None:
+    def _requeue(self, key: JobKey, seen: JobSnapshot, d: Decision) -> None:
         """Come back when time alone will change something: a deadline the decision saw, a
         node's NotReady grace running out, worker 0's progress due to be read."""
         assert self.view is not None
@@ -293,7 +300,7 @@ class Controller:
         if wanted:
             self.queue.add(key, min(wanted))
 
-    async def _release_orphans(self, key: cache.JobKey) -> None:
+    async def _release_orphans(self, key: JobKey) -> None:
         """A deleted job's workers, deleted with it by the garbage collector, must not keep
         its pod group in Kueue's finalizer either (reconcile does this while the job exists):
         only pods a GANTrainingJob owns, once due; come back when the next one is."""
@@ -304,13 +311,13 @@ class Controller:
         if wait is not None:
             self.queue.add(key, wait)
 
-    def _forget(self, key: cache.JobKey) -> None:
+    def _forget(self, key: JobKey) -> None:
         """The job is gone: so is what the operator kept about it."""
         metrics.forget_job(*key)
         self.expectations.forget(key)
         self.progress.forget(key)
 
-    async def _report_error(self, key: cache.JobKey, err: Exception) -> None:
+    async def _report_error(self, key: JobKey, err: Exception) -> None:
         """Best effort: the API may be what failed."""
         job = self.view.job(key) if self.view is not None else None
         if job is None:
@@ -325,7 +332,7 @@ class Controller:
 
 
 def _more_capacity(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
-    """Whether a node's change (cache.NodeEntry.key: ready, cordoned, allocatable, labels,
+    """Whether a node's change (NodeEntry.key: ready, cordoned, allocatable, labels,
     taints) may let a job fit that did not: anything but losing readiness or being cordoned."""
     (was_ready, was_cordoned, *was), (ready, cordoned, *now) = old, new
     return (ready and not was_ready) or (was_cordoned and not cordoned) or was != now
@@ -351,134 +358,6 @@ def _name(pod: Mapping[str, Any]) -> str:
 
 def _node(pod: Mapping[str, Any]) -> str:
     return (pod.get("spec") or {}).get("nodeName") or ""
-
-
-# ---- kopf: indexes and handlers ---------------------------------------------------------------
-#
-# Index handlers run on every event of their resource; kopf hands the indexes to every handler
-# as keyword arguments named after them (the startup handler gives them to the Controller).
-# They are coroutines although they never await: kopf runs a plain function in its thread
-# pool, and a thread hop per watch event (thousands a minute at scale) cost more than the
-# handler, and queued index updates behind one another in a pool of a few threads.
-# kopf runs no other handler before every index holds its initial listing, so a restarted
-# operator reconciles from complete caches. `dict(body)`: kopf's Body is a read-only view;
-# the strict readers in topology.py take the plain mapping the API sent.
-
-
-@kopf.index(GROUP, VERSION, PLURAL)
-async def kubegan_jobs(body: kopf.Body, **_: Any) -> dict[cache.JobKey, dict[str, Any]]:
-    return cache.index_job(dict(body))
-
-
-@kopf.index("", "v1", "nodes")
-async def kubegan_nodes(body: kopf.Body, memo: Any, **_: Any) -> dict[str, cache.NodeEntry]:
-    entries = cache.index_node(dict(body))
-    for name, entry in entries.items():
-        _ctl(memo).capacity.see_node(name, entry)
-    return entries
-
-
-@kopf.index("", "v1", "pods")
-async def kubegan_pods(body: kopf.Body, memo: Any, **_: Any) -> dict[Any, Any]:
-    """Every pod's resource use by node name (`PodUsage`) and, for a job's worker, the slim
-    pod by job key: one index, so kopf calls one handler per pod event, not two (a handler
-    call is a good part of kopf's cost per event, and pods are most of the events)."""
-    raw = dict(body)
-    usage = cache.index_pod_usage(raw)
-    _ctl(memo).capacity.see_pod(cache.pod_key(body), next(iter(usage.values()), None))
-    return {**usage, **cache.index_job_pod(raw)}
-
-
-@kopf.index("", "v1", "services", labels={JOB_NAME_LABEL: kopf.PRESENT})
-async def kubegan_services(body: kopf.Body, **_: Any) -> dict[cache.JobKey, bool]:
-    return cache.index_owned(dict(body))
-
-
-@kopf.index("", "v1", "configmaps", labels={JOB_NAME_LABEL: kopf.PRESENT})
-async def kubegan_config_maps(body: kopf.Body, **_: Any) -> dict[cache.JobKey, bool]:
-    return cache.index_owned(dict(body))
-
-
-class NoDiffBase(kopf.DiffBaseStorage):
-    """kopf deep-copies every watched object on every event to diff it against the last
-    one handled; only on.create/update/field handlers read that diff, and this operator has
-    none (it reads objects through indexes and event handlers, and decides from levels, not
-    diffs). At hundreds of pod events a second the copies were a tenth of its CPU."""
-
-    def build(
-        self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
-    ) -> kopf.BodyEssence:
-        return kopf.BodyEssence()
-
-    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        return None
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        return None
-
-
-def _ctl(memo: Any) -> Controller:
-    ctl = getattr(memo, "controller", None)
-    if ctl is None:
-        raise kopf.PermanentError("controller not initialised")
-    return ctl
-
-
-@kopf.on.startup()
-async def _configure(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
-    settings.posting.level = logging.WARNING
-    # No CRD/namespace observation: the CRD exists before the operator starts (Helm crds/),
-    # and least-privilege RBAC (charts/kubegan) grants no list/watch on them.
-    settings.scanning.disabled = True
-    settings.watching.server_timeout = 60
-    settings.persistence.diffbase_storage = NoDiffBase()
-    settings.watching.client_timeout = 90
-    # Services and ConfigMaps: only the jobs' own, filtered by the apiserver (a cluster has
-    # many ConfigMaps, and kopf would otherwise stream every one of them to the operator).
-    settings.watching.label_selectors[
-        lambda r: r.group == "" and r.plural in ("services", "configmaps")
-    ] = JOB_NAME_LABEL
-    ctl = _ctl(memo)
-    ctl.attach(kwargs)
-    elector = getattr(memo, "elector", None)
-    if elector is None:
-        ctl.lead()
-        return
-    # The elector runs in its own thread, so a busy event loop cannot delay its renewals.
-    loop = asyncio.get_running_loop()
-    elector.start(on_lead=lambda: loop.call_soon_threadsafe(ctl.lead), on_lost=lost_leadership)
-
-
-@kopf.on.cleanup()
-async def _cleanup(memo: Any, **_: Any) -> None:
-    # Stop reconciling first, then hand the Lease over: never two leaders acting at once.
-    await _ctl(memo).stop()
-    elector = getattr(memo, "elector", None)
-    if elector is not None:
-        await asyncio.get_running_loop().run_in_executor(None, elector.stop)
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def _on_job(body: kopf.Body, memo: Any, **_: Any) -> None:
-    heap.freeze_loaded_state()
-    meta = body.get("metadata") or {}
-    _ctl(memo).job_event((meta.get("namespace", ""), meta.get("name", "")))
-
-
-@kopf.on.event("", "v1", "pods")
-async def _on_pod(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
-    heap.freeze_loaded_state()
-    if event.get("type") == "DELETED":  # kopf drops it from its indexes without asking us
-        _ctl(memo).capacity.see_pod(cache.pod_key(body), None)
-    _ctl(memo).pod_event(event.get("type") or "", body)
-
-
-@kopf.on.event("", "v1", "nodes")
-async def _on_node(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
-    heap.freeze_loaded_state()
-    if event.get("type") == "DELETED":
-        _ctl(memo).capacity.see_node((body.get("metadata") or {}).get("name", ""), None)
-    _ctl(memo).node_event(event.get("type") or "", body)
 
 
 def _owned_by_a_job(pod: Mapping[str, Any]) -> bool:

@@ -27,12 +27,15 @@ from kubegan_operator.decide.snapshot import JobSnapshot, Planner, WorkerIdentit
 from kubegan_operator.foundation.kueue import QueueWait, queue_wait
 from kubegan_operator.foundation.podstate import queued_by_kueue
 from kubegan_operator.foundation.pools import PoolTemplate
-from kubegan_operator.foundation.progress import ProgressReader
 from kubegan_operator.foundation.topology import PodUsage, pod_usage
 from kubegan_operator.placement.gang import GangMode
-from kubegan_operator.placement.planner import Plan, plan
-from kubegan_operator.runtime import cache
+from kubegan_operator.placement.plan import Plan
+from kubegan_operator.placement.planner import plan
+from kubegan_operator.runtime.expectations import Expectations
+from kubegan_operator.runtime.indexes import JobKey
+from kubegan_operator.runtime.progress_reader import ProgressReader
 from kubegan_operator.runtime.threads import ApiThreads
+from kubegan_operator.runtime.view import View
 
 # Pods outside the watched namespaces (only with --namespace) are listed at most this often,
 # and only when a job is about to be planned.
@@ -45,7 +48,7 @@ class Observer:
     def __init__(
         self,
         kube: Any,
-        expectations: cache.Expectations,
+        expectations: Expectations,
         prices: PriceTable,
         namespaces: list[str] | None,
         progress: ProgressReader,
@@ -63,12 +66,12 @@ class Observer:
         self.identities = dict(identities or {})
         self.pools = pools
         self.namespaces, self.progress, self.threads = namespaces, progress, threads
-        self.view: cache.View | None = None  # kopf's indexes, once it hands them over
+        self.view: View | None = None  # kopf's indexes, once it hands them over
         self._foreign: tuple[float, list[PodUsage]] = (-FOREIGN_PODS_SECONDS, [])
-        self._queued: dict[cache.JobKey, tuple[float, QueueWait]] = {}
+        self._queued: dict[JobKey, tuple[float, QueueWait]] = {}
 
     async def observe(
-        self, key: cache.JobKey, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+        self, key: JobKey, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
     ) -> JobSnapshot:
         """The snapshot of `job` (as the view gave it, or as the last status write returned
         it) with `pods` (every pod carrying its label)."""
@@ -105,7 +108,7 @@ class Observer:
         )
 
     async def _queue_wait(
-        self, key: cache.JobKey, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+        self, key: JobKey, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
     ) -> QueueWait | None:
         """Why Kueue holds the current gang, when its admission gate is on a worker: its
         Workload and LocalQueue are read (at most every KUEUE_READ_SECONDS per job; nothing
@@ -124,7 +127,7 @@ class Observer:
             self._queued[key] = (time.monotonic(), wait)
         return wait
 
-    def _shared_objects(self, view: cache.View, key: cache.JobKey) -> set[str]:
+    def _shared_objects(self, view: View, key: JobKey) -> set[str]:
         """The job's Service and ConfigMap kinds that exist: shown by the watch, or created
         (or found there) by this or an earlier sync and not shown yet. Asking the apiserver
         again for one the watch lagged on was a 409 for one job in seven at 1000 nodes."""
@@ -136,7 +139,7 @@ class Observer:
         }
         return shown | self.expectations.unseen_made(key, shown)
 
-    def _planner(self, view: cache.View, key: cache.JobKey, extra: list[PodUsage]) -> Planner:
+    def _planner(self, view: View, key: JobKey, extra: list[PodUsage]) -> Planner:
         def plan_now(spec: GANTrainingJobSpec) -> Plan:
             # The job's own pods are left out: a gang planned again may reuse their room.
             inventory = view.inventory(exclude_job=key, extra=extra)

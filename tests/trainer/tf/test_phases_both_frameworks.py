@@ -1,4 +1,4 @@
-"""gan3d's phase list is one declaration (kubegan_trainer.phases)
+"""gan3d's phase list is one declaration (kubegan_trainer.worker.phases)
 that both frameworks execute: the same optimizer updates in the same order, the CERN 3DGAN
 schedule (D on real, D on fake, two G updates with fresh noise)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kubegan_trainer.phases import GAN3D
+from kubegan_trainer.worker.phases import GAN3D
 
 from tests.trainer.tf.tfutil import tf_config, trainer
 from tests.trainer.util import config, single_rank_trainer

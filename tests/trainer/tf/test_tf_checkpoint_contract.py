@@ -1,5 +1,5 @@
 """One checkpoint contract: TensorFlow writes into the same atomic, manifested,
-checksummed store as PyTorch (`kubegan_trainer.checkpoint`), and a checkpoint torn on
+checksummed store as PyTorch (`kubegan_trainer.storage.folder`), and a checkpoint torn on
 purpose falls back exactly as a PyTorch one does
 (tests/trainer/test_errors.py::test_corrupt_latest_falls_back_to_previous_with_a_warning)."""
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubegan_api.contract import ENV_TF_LOGICAL_CPUS
-from kubegan_trainer.progress import read_progress
+from kubegan_trainer.worker.progress_file import read_progress
 
 from tests.trainer.tf.tfutil import REPO
 from tests.trainer.workers import start_kubegan_run

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kubegan_api.contract import EXIT_INTERRUPTED
-from kubegan_trainer.driver import Hooks
+from kubegan_trainer.worker.driver import Hooks
 
 from tests.trainer.tf.tfutil import RunResult, run_workers, tf_config, trainer
 

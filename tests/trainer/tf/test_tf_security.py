@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from kubegan_api.contract import EXIT_USER_ERROR
-from kubegan_trainer.checkpoint import Position
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.storage.store import Position
 
 from tests.trainer.tf.tfutil import run_workers, tf_config, trainer
 
@@ -76,7 +76,7 @@ def test_hostile_entrypoint_in_a_tensorflow_worker_creates_no_marker(tmp_path: P
 
 
 def test_tensorflow_factory_returning_a_non_model_is_refused() -> None:
-    from kubegan_trainer.tf_backend.models.custom import build_custom
+    from kubegan_trainer.backends.tf.models.custom import build_custom
 
     with pytest.raises(TrainerError, match=r"^spec\.model\.entrypoint: .* returned str"):
         build_custom("tests.trainer.hostile_entrypoints:not_a_model", {})

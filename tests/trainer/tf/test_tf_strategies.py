@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kubegan_trainer.errors import TrainerError
+from kubegan_trainer.base.errors import TrainerError
 
 from tests.trainer.tf.tfutil import env_for, tf_config, trainer
 
@@ -57,7 +57,7 @@ def test_mirrored_two_cpus_trains_each_model(tmp_path: Path, model: str, precisi
 
 @pytest.mark.timeout(120)
 def test_tpu_strategy_without_tpu_fails_fast(tmp_path: Path) -> None:
-    from kubegan_trainer.tf_backend.strategy import make_strategy
+    from kubegan_trainer.backends.tf.strategy import make_strategy
 
     start = time.monotonic()
     with pytest.raises(TrainerError) as err:

@@ -7,16 +7,16 @@ import os
 from pathlib import Path
 
 import pytest
-from kubegan_trainer.data.showers import synthetic_showers
-from kubegan_trainer.driver import Hooks
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.tf_backend.data import (
+from kubegan_trainer.backends.tf.data import (
     SHARD_INDEX,
     TfRecordSource,
     shard_index_counts,
-    write_shower_shards,
 )
+from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.data.showers import synthetic_showers
+from kubegan_trainer.worker.driver import Hooks
 
+from tests.support.shards import write_shower_shards
 from tests.trainer.tf.tfutil import tf_config, trainer
 
 

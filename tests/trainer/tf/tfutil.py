@@ -16,7 +16,7 @@ from kubegan_api.contract import (
     ENV_TF_LOGICAL_CPUS,
 )
 from kubegan_api.sections import TrainerConfig
-from kubegan_trainer.cluster_env import ClusterEnv
+from kubegan_trainer.worker.cluster_env import ClusterEnv
 
 from tests.trainer import hooked
 from tests.trainer.workers import launch_workers
@@ -74,9 +74,9 @@ def env_for(tmp: Path) -> ClusterEnv:
 
 
 def trainer(cfg: TrainerConfig, tmp: Path, hooks: Any = None) -> Any:
-    """A TfGanTrainer in this process (MirroredStrategy over the 2 logical CPUs)."""
-    from kubegan_trainer.signals import StopFlag
-    from kubegan_trainer.tf_backend.entry import build_trainer
+    """A TensorFlow GanTrainer in this process (MirroredStrategy over the 2 logical CPUs)."""
+    from kubegan_trainer.backends.tf.entry import build_trainer
+    from kubegan_trainer.worker.signals import StopFlag
 
     return build_trainer(cfg, env_for(tmp), StopFlag(), hooks)
 

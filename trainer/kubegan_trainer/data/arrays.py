@@ -1,10 +1,30 @@
-"""The in-memory dataset container shared by every backend."""
+"""The in-memory dataset container shared by every backend, and the shape of the data a model
+is built for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What a model is built for: the data's kind, and for images their channels, size (square)
+    and number of label classes; 0 where the kind has none (showers have a fixed shape)."""
+
+    kind: str  # "images" | "paired" | "showers"
+    channels: int = 0
+    size: int = 0
+    num_classes: int = 0
+
+
+class Shaped(Protocol):
+    """What `build_task` reads the shape of: a Dataset, or a backend's input source."""
+
+    @property
+    def data_shape(self) -> DataShape: ...
 
 
 @dataclass
@@ -24,3 +44,12 @@ class Dataset:
 
     def head(self, n: int) -> dict[str, np.ndarray]:
         return {k: v[:n] for k, v in self.arrays.items()}
+
+    @property
+    def data_shape(self) -> DataShape:
+        """Channels and size from the (N, C, H, W) images ("a" of a pair)."""
+        images = self.arrays.get("a" if self.kind == "paired" else "image")
+        if images is None or images.ndim != 4:
+            return DataShape(self.kind, num_classes=self.num_classes)
+        _, channels, size, _ = images.shape
+        return DataShape(self.kind, channels, size, self.num_classes)

@@ -10,9 +10,9 @@ from kubegan_api.contract import ENV_AWS_ENDPOINT_URL
 from kubegan_api.model_options import data_kind
 from kubegan_api.sections import DataSource, TrainerConfig
 
+from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.base.model_settings import settings
 from kubegan_trainer.data.arrays import Dataset
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.model_settings import settings
 
 if TYPE_CHECKING:
     from kubegan_trainer.data.stream import ShardPlan

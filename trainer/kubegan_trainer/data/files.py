@@ -15,11 +15,16 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from kubegan_trainer.base.bounded_read import (
+    IMAGE_MAX_BYTES,
+    SHARD_MAX_BYTES,
+    read_regular,
+    require_regular,
+)
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.data.imageops import pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.files import IMAGE_MAX_BYTES, SHARD_MAX_BYTES, read_regular, require_regular
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 HDF5_SUFFIXES = {".h5", ".hdf5", ".hdf"}

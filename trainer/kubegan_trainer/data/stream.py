@@ -1,8 +1,8 @@
-"""Datasets streamed per rank from a prefix of shard files (issue 26): each rank reads only
+"""Datasets streamed per rank from a prefix of shard files: each rank reads only
 its own shards, through a bounded read-ahead buffer, so its memory does not grow with the
 dataset (an 8-GPU worker no longer holds eight copies of it).
 
-- Where: a bucket prefix (`s3://`, `gs://`, `az://`; objstore.py) or a folder; the shards
+- Where: a bucket prefix (`s3://`, `gs://`, `az://`; storage/objstore.py) or a folder; the shards
   are the files under it with a suffix the `files` source reads: HDF5 showers (gan3d), or,
   in a bucket, images and side-by-side pairs (one example per object, `image_plan`,
   decoded as data/files.py decodes a folder's).
@@ -40,7 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from kubegan_trainer import objstore
+from kubegan_trainer.base.bounded_read import (
+    IMAGE_MAX_BYTES,
+    MANIFEST_MAX_BYTES,
+    SHARD_MAX_BYTES,
+    read_regular,
+    require_regular,
+)
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.data.files import (
     DEFAULT_ANGLE_KEY,
@@ -62,14 +69,7 @@ from kubegan_trainer.data.tfrecord import (
     index_counts,
 )
 from kubegan_trainer.data.tfrecord import parse_showers as parse_tfrecord_showers
-from kubegan_trainer.errors import TrainerError
-from kubegan_trainer.files import (
-    IMAGE_MAX_BYTES,
-    MANIFEST_MAX_BYTES,
-    SHARD_MAX_BYTES,
-    read_regular,
-    require_regular,
-)
+from kubegan_trainer.storage import objstore
 
 log = logging.getLogger("kubegan_trainer")
 DATA_URI_FIELD = "spec.data.uri"

@@ -7,9 +7,10 @@ Both checksums are checked: a flipped bit in a bucket object fails here in one l
 than training on it (TensorFlow's own reader checks them too). Only the protobuf wire types
 an Example can hold are decoded, by hand: nothing of the file is ever executed.
 
-The records are the showers `tf_backend.data.write_shower_shards` writes (3DGAN's
-preprocessed arrays): float features `image` (51*51*25 cells, ECAL ** 0.85), `energy`
-(GeV / 100), `angle` and `ecal` (the event's ECAL sum); others (its `index`) are ignored.
+The records hold showers as 3DGAN preprocesses them, one `tf.train.Example` each (the
+tests write theirs with tests/support/shards.py): float features `image` (51*51*25 cells,
+ECAL ** 0.85), `energy` (GeV / 100), `angle` and `ecal` (the event's ECAL sum); others (its
+`index`) are ignored.
 
 Counting events before training: the prefix's `kubegan-shards.json` index (`{"files":
 {name: records}}`, as the writer leaves it) when there is one, else a walk over each shard's
@@ -27,8 +28,8 @@ from typing import Any, BinaryIO
 import google_crc32c
 import numpy as np
 
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data.showers import SHAPE
-from kubegan_trainer.errors import TrainerError
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords")
 SHARD_INDEX = "kubegan-shards.json"

@@ -1,0 +1,138 @@
+"""The trainer's container in a worker pod: its image, environment (DESIGN §4), ports,
+resources and a locked-down securityContext."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kubegan_api.contract import (
+    BUCKET_CREDENTIAL_KEYS,
+    CHECKPOINT_ROOT,
+    CHECKPOINT_SUBDIR,
+    CONFIG_PATH,
+    CONTAINER_NAME,
+    ENV_TRAINER_IMAGE_TF,
+    ENV_TRAINER_IMAGE_TORCH,
+    worker_name,
+)
+from kubegan_api.reserved import HOME_ENV
+from kubegan_api.sections import Framework
+from kubegan_api.spec import GANTrainingJob
+from kubegan_api.worker_env import WorkerTopology, build_worker_env
+
+from kubegan_operator import __version__
+from kubegan_operator.foundation.topology import GPU_RESOURCE, TPU_RESOURCE
+from kubegan_operator.manifests.objects import peer_port
+from kubegan_operator.placement.plan import Plan
+
+# The Helm chart's trainerImages reach the operator as these variables (charts/kubegan).
+DEFAULT_IMAGES = {
+    Framework.pytorch: os.environ.get(ENV_TRAINER_IMAGE_TORCH)
+    or f"ghcr.io/kubegan/trainer-torch:{__version__}",
+    Framework.tensorflow: os.environ.get(ENV_TRAINER_IMAGE_TF)
+    or f"ghcr.io/kubegan/trainer-tf:{__version__}",
+}
+
+
+def worker_hosts(job: GANTrainingJob, plan: Plan) -> list[str]:
+    name, ns, port = job.metadata.name, job.metadata.namespace, peer_port(job, plan)
+    return [f"{worker_name(name, i)}.{name}.{ns}.svc:{port}" for i in range(plan.workers)]
+
+
+def worker_env(
+    job: GANTrainingJob, plan: Plan, index: int, cost_rate_per_hour: float | None = None
+) -> list[dict[str, str]]:
+    """The trainer's environment (DESIGN §4), as the container's `env` list."""
+    name, spec = job.metadata.name, job.spec
+    output_dir = f"{CHECKPOINT_ROOT}/{name}"
+    env = build_worker_env(
+        WorkerTopology(
+            job_name=name,
+            namespace=job.metadata.namespace,
+            framework=spec.framework.value,
+            tpu=bool(plan.tpu_chips_per_worker),
+            hosts=worker_hosts(job, plan),
+            index=index,
+            gpus_per_worker=plan.gpus_per_worker,
+            config_path=CONFIG_PATH,
+            checkpoint_dir=f"{output_dir}/{CHECKPOINT_SUBDIR}",
+            output_dir=output_dir,
+            metrics_port=spec.monitoring.metrics_port,
+            cost_rate_per_hour=plan.cost_per_hour
+            if cost_rate_per_hour is None
+            else cost_rate_per_hour,
+        )
+    )
+    # The root filesystem is read-only: libraries that write under $HOME get the tmp volume.
+    return [
+        *({"name": k, "value": v} for k, v in env.items()),
+        {"name": HOME_ENV[0], "value": HOME_ENV[1]},
+        *bucket_credentials(spec.checkpoint.credentials_secret or spec.data.credentials_secret),
+    ]
+
+
+def bucket_credentials(secret: str) -> list[dict[str, Any]]:
+    """The bucket's credentials from the job's Secret: each fixed key, when the Secret has it,
+    as the variable of that name (never a value in the pod spec, never logged)."""
+    if not secret:
+        return []
+    return [
+        {
+            "name": key,
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}},
+        }
+        for key in BUCKET_CREDENTIAL_KEYS
+    ]
+
+
+def worker_resources(job: GANTrainingJob, plan: Plan) -> dict[str, dict[str, str]]:
+    """Requests and limits of one worker: the spec's CPU and memory, the plan's accelerators.
+    CPU is only requested; memory and accelerators are limited at what is requested."""
+    r = job.spec.resources
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if r.cpu is not None:
+        requests["cpu"] = str(r.cpu)
+    if r.memory is not None:
+        requests["memory"] = limits["memory"] = str(r.memory)
+    if plan.gpus_per_worker:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(plan.gpus_per_worker)
+    if plan.tpu_chips_per_worker:
+        requests[TPU_RESOURCE] = limits[TPU_RESOURCE] = str(plan.tpu_chips_per_worker)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def trainer_container(
+    job: GANTrainingJob,
+    plan: Plan,
+    index: int,
+    mounts: list[dict[str, Any]],
+    *,
+    image: str | None = None,
+    cost_rate_per_hour: float | None = None,
+) -> dict[str, Any]:
+    spec = job.spec
+    return {
+        "name": CONTAINER_NAME,
+        "image": image or spec.image or DEFAULT_IMAGES[spec.framework],
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "kubegan_trainer"],
+        "env": worker_env(job, plan, index, cost_rate_per_hour),
+        "ports": [
+            {"name": "peer", "containerPort": peer_port(job, plan), "protocol": "TCP"},
+            {"name": "metrics", "containerPort": spec.monitoring.metrics_port, "protocol": "TCP"},
+        ],
+        "resources": worker_resources(job, plan),
+        "volumeMounts": mounts,
+        # A trainer that fails before writing its termination message (a config error's one
+        # line) still tells the job's status why: the log's tail stands in.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
