@@ -70,7 +70,7 @@ TPU_TOPOLOGY_PATTERN = rf"^{_TPU_DIM}(x{_TPU_DIM}){{1,2}}$"
 # A PersistentVolumeClaim name (DNS-1123 subdomain), or empty for none.
 CLAIM_NAME_PATTERN = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENTRYPOINT_PATTERN = r"^$|^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
-# A bucket URI (issue 26): scheme, then a bucket or container name as the three clouds allow
+# A bucket URI: scheme, then a bucket or container name as the three clouds allow
 # them, then an optional prefix (the trainer's objstore.parse_uri checks the same).
 BUCKET_URI_PATTERN = r"^$|^(s3|gs|az)://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/[^\s]*)?$"
 ENDPOINT_PATTERN = r"^$|^https?://[^\s/]+(/[^\s]*)?$"

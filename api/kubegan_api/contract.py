@@ -23,7 +23,7 @@ ENV_WORKER_INDEX = "KUBEGAN_WORKER_INDEX"
 ENV_NUM_WORKERS = "KUBEGAN_NUM_WORKERS"
 ENV_CONFIG = "KUBEGAN_CONFIG"
 ENV_CHECKPOINT_DIR = "KUBEGAN_CHECKPOINT_DIR"
-# Checkpoints in a bucket (issue 26): `s3://bucket/prefix`, `gs://...`, `az://container/...`.
+# Checkpoints in a bucket: `s3://bucket/prefix`, `gs://...`, `az://container/...`.
 # The checkpoint directory then holds local copies only; the bucket is the truth on resume.
 ENV_CHECKPOINT_URI = "KUBEGAN_CHECKPOINT_URI"
 # An S3-compatible store's endpoint; the standard AWS variable is honoured as the AWS tools do.
@@ -110,7 +110,7 @@ CHECKPOINT_DURATION = "kubegan_checkpoint_duration_seconds"  # histogram
 CHECKPOINT_EPOCH = "kubegan_checkpoint_epoch"
 CHECKPOINT_STEP = "kubegan_checkpoint_step"
 CHECKPOINT_TIMESTAMP = "kubegan_checkpoint_timestamp_seconds"
-QUALITY = "kubegan_quality"  # issue 14: one series per quality metric (label `metric`)
+QUALITY = "kubegan_quality"  # one series per quality metric (label `metric`)
 
 TRAINER_METRICS = (
     EPOCH_DURATION,

@@ -1,4 +1,4 @@
-"""spec.podTemplate: what a team may add to every worker pod (issue 27, DESIGN §9).
+"""spec.podTemplate: what a team may add to every worker pod (DESIGN §9).
 
 Shaped like a Kubernetes pod template, but only the parts that cannot widen what a worker
 may do: labels and annotations, a service account, pull secrets, a priority class, extra

@@ -101,7 +101,7 @@ def source_rules(
     )
 
 
-# spec.data.uri (issue 26): a dataset read from a bucket instead of a volume, with the
+# spec.data.uri: a dataset read from a bucket instead of a volume, with the
 # checkpoint bucket's endpoint and Secret semantics. A pod has one set of the clouds'
 # credential variables, so data and checkpoints name the same Secret when both name one.
 DATA_BUCKET_RULES: tuple[CrossFieldRule, ...] = (

@@ -1,4 +1,4 @@
-"""Why Kueue holds a job's gang, read from its Workload (DESIGN §9, issue 25).
+"""Why Kueue holds a job's gang, read from its Workload (DESIGN §9).
 
 A job labelled with a LocalQueue has its workers created as one Kueue plain-pod group; Kueue
 names the group's Workload after the group and keeps every worker behind its admission gate

@@ -1,4 +1,4 @@
-"""Autoscaled node pools: what nodes a pool can add, when it has none to show (issue 24).
+"""Autoscaled node pools: what nodes a pool can add, when it has none to show.
 
 An autoscaler adds nodes when pods are pending that no node can take; a pool at zero has no
 Node the planner could read. A `PoolTemplate` is that pool's node as it will be: labels,
