@@ -19,7 +19,11 @@ REAL_NODES ?= 2
 # Everything the tests and the demo need: system packages (Debian), the Python environment,
 # the Go-built control plane, real-node binaries and the cluster tier's add-ons (Karpenter,
 # Kueue), all cached by version outside the repo and reused when present.
-install: $(VENV)/.installed
+install: $(VENV)/.installed install-system
+# What only the helm, monitoring, cluster and e2e tiers need (`make test` builds it in their lane
+# while the unit and trainer tiers run in the other).
+.PHONY: install-system
+install-system:
 	bash hack/install-debian-packages.sh
 	bash hack/build-binaries.sh
 	bash hack/build-node-binaries.sh
@@ -36,22 +40,19 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	touch $@
 
 # --- tests: one pytest marker and one target per tier (tests/README.md) ---
-# `make test` runs every tier in this order, each in its own pytest process, going on after a
-# failed tier and failing at the end with the list. Each tier stops what it started before the
-# next one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's control plane, when it started it).
+# `make test` runs every tier, each in its own pytest process, in two lanes side by side
+# (hack/run-tiers.sh: unit, helm, monitoring, trainer | cluster, e2e), going on after a failed
+# tier and failing at the end with the list; KUBEGAN_TEST_LANES changes the lanes. Each tier
+# stops what it started before the next one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's
+# control plane, when it started it). Each tier's output is also in .test-logs/<tier>.log.
 TIERS := unit trainer helm monitoring cluster e2e
-PYTEST := $(PY) -m pytest -q --durations=10
+PYTEST := $(PY) -m pytest -q --durations=25
 # Inside `make test` the prerequisites were made once, before the first tier.
 INSTALL := $(if $(KUBEGAN_PREREQS_DONE),$(VENV)/.installed,install)
 IMAGES := $(if $(KUBEGAN_PREREQS_DONE),,images)
 .PHONY: test $(addprefix test-,$(TIERS))
-test: install images
-	@failed=""; for tier in $(TIERS); do \
-	  echo "=== make test-$$tier"; \
-	  KUBEGAN_STOP_CLUSTER=1 $(MAKE) --no-print-directory test-$$tier KUBEGAN_PREREQS_DONE=1 || failed="$$failed $$tier"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "make test: failed tiers:$$failed"; exit 1; fi; \
-	echo "make test: every tier passed"
+test: $(VENV)/.installed
+	@bash hack/run-tiers.sh
 
 test-unit: $(VENV)/.installed
 	$(PYTEST) tests/unit
@@ -97,6 +98,14 @@ bench-preemption: install images
 .PHONY: bench-object-store
 bench-object-store: $(VENV)/.installed
 	nice -n 10 $(PY) bench/object_store.py --runs 3
+# The trainer on a GPU in one command (bench/README.md): here without CUDA it runs at tiny sizes
+# on the CPU; a lent GPU machine runs `python3 bench/gpu_check.py` with bench/wheelhouse carried.
+.PHONY: gpu-check gpu-wheelhouse
+gpu-check: $(VENV)/.installed
+	$(PY) bench/gpu_check.py
+# Wheels of what gpu_check.py needs beyond torch and numpy (pydantic...), for CPython 3.10-3.13.
+gpu-wheelhouse:
+	bash bench/gpu_wheelhouse.sh
 
 # --- local control plane (hack/README.md) ---
 .PHONY: cluster-binaries cluster-addons

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `make test`: every tier in its own pytest process, in lanes that run at the same time.
+#
+# A lane is a list of steps run one after the other: a tier (unit, trainer, helm, monitoring,
+# cluster, e2e: `make test-<tier>`) or a make target that later tiers of the lane need
+# (install-system: Debian packages and the Go-built binaries; images). The lanes run side by
+# side. The default puts the tiers that need only .venv (unit, trainer) in one lane and the
+# system install, the images and the tiers that need them in the other, so a new machine
+# builds its control plane while the trainer trains, and the waiting tiers (cluster, e2e: a
+# control plane, kubelets, containers) run beside the computing ones. Every test is written to
+# pass with a CPU-bound process beside it.
+#
+# Environment:
+#   KUBEGAN_TEST_LANES  lanes separated by spaces, steps of a lane by commas (default
+#                       "unit,trainer install-system,images,helm,monitoring,cluster,e2e";
+#                       "install-system,images,unit,trainer,helm,monitoring,cluster,e2e" runs
+#                       everything in turn)
+#   KUBEGAN_TEST_LOGS   where each step's whole output goes (default .test-logs/)
+#
+# Each output line is prefixed with its step. The summary gives each step's result and
+# minutes; the exit status is 1 when a step failed, after every lane has run. A failed
+# install step skips the rest of its lane (its tiers are reported not run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+LANES="${KUBEGAN_TEST_LANES:-unit,trainer install-system,images,helm,monitoring,cluster,e2e}"
+TIERS=" unit trainer helm monitoring cluster e2e "
+LOGS="${KUBEGAN_TEST_LOGS:-.test-logs}"
+mkdir -p "$LOGS"
+: > "$LOGS/summary"
+
+run_step() {  # run_step <step>: one line "<step> <passed|FAILED> <seconds>" into the summary
+  local step="$1" started rc target
+  target="$step"
+  # KUBEGAN_PREREQS_DONE: the lane made the tier's prerequisites already.
+  [[ "$TIERS" == *" $step "* ]] && target="test-$step"
+  started=$(date +%s)
+  echo "=== make $target ($(date +%H:%M:%S))"
+  # KUBEGAN_STOP_CLUSTER: a tier stops the control plane it started before the next one runs.
+  KUBEGAN_STOP_CLUSTER=1 make --no-print-directory "$target" KUBEGAN_PREREQS_DONE=1 \
+    > >(tee "$LOGS/$step.log" | sed -u "s/^/[$step] /") 2>&1
+  rc=$?
+  local result=passed
+  ((rc == 0)) || result=FAILED
+  echo "$step $result $(($(date +%s) - started))" >> "$LOGS/summary"
+  return "$rc"
+}
+
+run_lane() {  # run_lane <step,step,...>
+  local step
+  IFS=, read -ra steps <<< "$1"
+  for step in "${steps[@]}"; do
+    if ! run_step "$step" && [[ "$TIERS" != *" $step "* ]]; then
+      echo "=== $step failed: the rest of its lane does not run"
+      return
+    fi
+  done
+}
+
+started=$(date +%s)
+pids=()
+for lane in $LANES; do
+  run_lane "$lane" &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+
+echo
+echo "make test: $(($(date +%s) - started)) s in all (lanes: $LANES)"
+printf '%-15s %-7s %s\n' step result minutes
+failed=""
+while read -r step result seconds; do
+  awk -v t="$step" -v r="$result" -v s="$seconds" 'BEGIN {printf "%-15s %-7s %.1f\n", t, r, s / 60}'
+  [[ "$result" == passed ]] || failed+=" $step"
+done < "$LOGS/summary"
+for lane in $LANES; do
+  IFS=, read -ra steps <<< "$lane"
+  for step in "${steps[@]}"; do
+    grep -q "^$step " "$LOGS/summary" || failed+=" $step(not-run)"
+  done
+done
+if [[ -n "$failed" ]]; then echo "make test: failed:$failed"; exit 1; fi
+echo "make test: every tier passed"
