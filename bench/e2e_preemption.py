@@ -86,7 +86,7 @@ def new_gang_running(job: Job, attempt: int) -> bool:
 
 
 def watch(cluster: RealCluster, out: Path) -> subprocess.Popen[bytes]:
-    """`kubectl get ganjob -w` into a file: the transcript the README shows."""
+    """`kubectl get ganjob -w` into a file: the transcript docs/guide.md shows."""
     return subprocess.Popen(
         [str(cluster.dir / "bin" / "kubectl"), "get", "ganjob", "-n", JOBS_NS, "-w"],
         env=cluster.env,

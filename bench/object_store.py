@@ -19,8 +19,9 @@ the tests start it) and on a local folder:
   loaded whole (a single .h5 file still is) vs streamed by shard (data/stream.py, as the
   training loops read a folder or bucket of shards).
 
-Prints one markdown table (bench/README.md has it). moto keeps objects in memory and is
-pure Python: a cloud's S3 is faster per stream, so the bucket rows are an upper bound.
+Prints one markdown table (bench/README.md shows the latest, bench/results/ every run).
+moto keeps objects in memory and is pure Python: a cloud's S3 is faster per stream, so the
+bucket rows are an upper bound.
 """
 
 from __future__ import annotations

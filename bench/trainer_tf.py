@@ -9,7 +9,7 @@ Each case runs in its own process (device set-up must precede TensorFlow's start
 "mirrored-1" is MirroredStrategy over one device (the CPU, or all GPUs), "mirrored-2cpu"
 splits the CPU into 2 logical devices (2 replicas, same cores: shows strategy overhead,
 not speed-up). Precisions: none and bf16 on CPU; none, fp16 and bf16 on GPU.
-Results go to bench/README.md by hand.
+Results go to a dated file in bench/results/ by hand.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ hand-written PyTorch GAN loop of the same networks, losses and batch.
 
 On a GPU it also times fp32 / bf16 / fp16 autocast and channels_last. One process (the
 DDP wrapper is not involved at world size 1; its cost is communication, measured by the
-multi-GPU runs, not here). Results go to bench/README.md by hand.
+multi-GPU runs, not here). Results go to a dated file in bench/results/ by hand.
 """
 
 from __future__ import annotations

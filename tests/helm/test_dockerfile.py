@@ -1,5 +1,6 @@
 """The Dockerfile: hadolint clean, the three targets, pinned bases, non-root final images
-without build tools. (No Docker engine here: nothing is built; see README.)"""
+without build tools. (No Docker engine here: nothing is built; see docs/guide.md, "Install on
+a cluster".)"""
 
 from __future__ import annotations
 

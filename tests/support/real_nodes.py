@@ -277,7 +277,7 @@ def install_operator(cluster: RealCluster) -> str:
     cluster.apply(restricted_namespace(OPERATOR_NS), restricted_namespace(JOBS_NS))
     name = "kubegan"
     helm = cluster.dir / "bin" / "helm"
-    # The preset a user installs with (README: "A real local cluster"); the tag of this build.
+    # The preset a user installs with (docs/guide.md: "A real local cluster"); this build's tag.
     values_file = cluster.dir / "e2e-values.yaml"
     values_file.write_text(
         yaml.safe_dump({"image": {"tag": IMAGE_TAG}, "trainerImages": TRAINER_IMAGES})

@@ -1,5 +1,5 @@
 """The sample grid of a conditional model: one row per class, so whether the generator obeys
-its label shows at a glance (README's demo picture)."""
+its label shows at a glance (the demo picture in docs/guide.md)."""
 
 from __future__ import annotations
 
