@@ -28,6 +28,7 @@ install-system:
 	bash hack/build-binaries.sh
 	bash hack/build-node-binaries.sh
 	bash hack/build-cluster-addons.sh
+	bash hack/drop-go-caches.sh
 
 $(UV):
 	bash hack/install-uv.sh >/dev/null
@@ -130,6 +131,6 @@ real-nodes-down: ; bash hack/real-node-down.sh
 # --- images: the Dockerfile's targets built with buildkit, for the real nodes (hack/README.md) ---
 # Needs root. Archives and caches live in ~/.cache/kubegan/ (outside the repo).
 .PHONY: images load-images test-images
-images: ; bash hack/build-images.sh
+images: ; bash hack/build-images.sh && bash hack/drop-go-caches.sh
 load-images: ; bash hack/load-images.sh
 test-images: ; bash hack/test-images.sh

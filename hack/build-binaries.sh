@@ -26,6 +26,8 @@ HELM_VERSION=v3.22.0      # helm.sh/helm/v3
 ACTIONLINT_VERSION=v1.7.12  # github.com/rhysd/actionlint
 
 set -Eeuo pipefail
+# Go caches under ~/.cache/kubegan/go (make install drops them after the builds).
+source "$(dirname "${BASH_SOURCE[0]}")/go-env.sh"
 trap 'echo "build-binaries.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

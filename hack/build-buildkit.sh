@@ -14,6 +14,8 @@
 BUILDKIT_VERSION=v0.34.2   # github.com/moby/buildkit (go 1.26.8 directive; no replace directives)
 
 set -Eeuo pipefail
+# Go caches under ~/.cache/kubegan/go (make install drops them after the builds).
+source "$(dirname "${BASH_SOURCE[0]}")/go-env.sh"
 trap 'echo "build-buildkit.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 CACHE="${KUBEGAN_BIN_CACHE:-$HOME/.cache/kubegan/bin}"

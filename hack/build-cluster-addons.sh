@@ -24,6 +24,8 @@ KARPENTER_TOOLCHAIN=go1.27.3  # the one toolchain >= 1.26.9 the module proxy ser
 KUEUE_VERSION=v0.17.1       # sigs.k8s.io/kueue, ./cmd/kueue (go 1.25.0 directive)
 
 set -Eeuo pipefail
+# Go caches under ~/.cache/kubegan/go (make install drops them after the builds).
+source "$(dirname "${BASH_SOURCE[0]}")/go-env.sh"
 trap 'echo "build-cluster-addons.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 CACHE="${KUBEGAN_BIN_CACHE:-$HOME/.cache/kubegan/bin}"

@@ -30,6 +30,8 @@ PROMETHEUS_TAGS=remove_all_sd,enable_kubernetes_sd
 DEBIAN_NODE_PACKAGES="containerd runc containernetworking-plugins iptables conntrack socat busybox-static"
 
 set -Eeuo pipefail
+# Go caches under ~/.cache/kubegan/go (make install drops them after the builds).
+source "$(dirname "${BASH_SOURCE[0]}")/go-env.sh"
 trap 'echo "build-node-binaries.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
