@@ -41,11 +41,12 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	touch $@
 
 # --- tests: one pytest marker and one target per tier (tests/README.md) ---
-# `make test` runs every tier, each in its own pytest process, in two lanes side by side
-# (hack/run-tiers.sh: unit, helm, monitoring, trainer | cluster, e2e), going on after a failed
-# tier and failing at the end with the list; KUBEGAN_TEST_LANES changes the lanes. Each tier
-# stops what it started before the next one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's
-# control plane, when it started it). Each tier's output is also in .test-logs/<tier>.log.
+# `make test` runs every tier, each in its own pytest process, in three lanes side by side
+# (hack/run-tiers.sh: unit, trainer | install-system, helm, monitoring, cluster | images, e2e
+# once install-system is done), going on after a failed tier and failing at the end with the
+# list; KUBEGAN_TEST_LANES changes the lanes. Each tier stops what it started before the next
+# one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's control plane, when it started it).
+# Each step's output is also in .test-logs/<step>.log.
 TIERS := unit trainer helm monitoring cluster e2e
 PYTEST := $(PY) -m pytest -q --durations=25
 # Inside `make test` the prerequisites were made once, before the first tier.

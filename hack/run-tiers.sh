@@ -2,28 +2,35 @@
 # `make test`: every tier in its own pytest process, in lanes that run at the same time.
 #
 # A lane is a list of steps run one after the other: a tier (unit, trainer, helm, monitoring,
-# cluster, e2e: `make test-<tier>`) or a make target that later tiers of the lane need
-# (install-system: Debian packages and the Go-built binaries; images). The lanes run side by
-# side. The default puts the tiers that need only .venv (unit, trainer) in one lane and the
-# system install, the images and the tiers that need them in the other, so a new machine
-# builds its control plane while the trainer trains, and the waiting tiers (cluster, e2e: a
-# control plane, kubelets, containers) run beside the computing ones. Every test is written to
-# pass with a CPU-bound process beside it.
+# cluster, e2e: `make test-<tier>`), a make target that later tiers of the lane need
+# (install-system: Debian packages and the Go-built binaries; images), or `after:<step>`,
+# which waits until another lane's step has passed. The lanes run side by side. The default:
+#
+#   unit, trainer                          need only .venv
+#   install-system, helm, monitoring,      the control plane, Karpenter and Kueue
+#     cluster
+#   after:install-system, images, e2e      the node binaries (and Go's caches dropped, so the
+#                                          image build never races a Go build), the images
+#
+# So a new machine builds its control plane while the unit and trainer tiers run, and the
+# tiers that mostly wait (a control plane, kubelets, containers) run beside the ones that
+# compute. Every test is written to pass with CPU-bound processes beside it; the cluster tier
+# and the e2e tier have control planes, ports and real-node sites of their own.
 #
 # Environment:
-#   KUBEGAN_TEST_LANES  lanes separated by spaces, steps of a lane by commas (default
-#                       "unit,trainer install-system,images,helm,monitoring,cluster,e2e";
+#   KUBEGAN_TEST_LANES  lanes separated by spaces, steps of a lane by commas (default above;
 #                       "install-system,images,unit,trainer,helm,monitoring,cluster,e2e" runs
 #                       everything in turn)
 #   KUBEGAN_TEST_LOGS   where each step's whole output goes (default .test-logs/)
 #
 # Each output line is prefixed with its step. The summary gives each step's result and
 # minutes; the exit status is 1 when a step failed, after every lane has run. A failed
-# install step skips the rest of its lane (its tiers are reported not run).
+# install step (or one a lane waits for) skips the rest of its lane: its tiers are reported
+# not run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-LANES="${KUBEGAN_TEST_LANES:-unit,trainer install-system,images,helm,monitoring,cluster,e2e}"
+LANES="${KUBEGAN_TEST_LANES:-unit,trainer install-system,helm,monitoring,cluster after:install-system,images,e2e}"
 TIERS=" unit trainer helm monitoring cluster e2e "
 LOGS="${KUBEGAN_TEST_LOGS:-.test-logs}"
 mkdir -p "$LOGS"
@@ -46,10 +53,24 @@ run_step() {  # run_step <step>: one line "<step> <passed|FAILED> <seconds>" int
   return "$rc"
 }
 
+wait_for() {  # wait_for <step>: until another lane's step is in the summary; fails unless it passed
+  local step="$1"
+  # A step no lane runs is not waited for (KUBEGAN_TEST_LANES without it).
+  [[ " ${LANES//,/ } " == *" $step "* ]] || return 0
+  echo "=== waiting for $step ($(date +%H:%M:%S))"
+  until grep -q "^$step " "$LOGS/summary"; do sleep 5; done
+  grep -q "^$step passed " "$LOGS/summary"
+}
+
 run_lane() {  # run_lane <step,step,...>
   local step
   IFS=, read -ra steps <<< "$1"
   for step in "${steps[@]}"; do
+    if [[ "$step" == after:* ]]; then
+      wait_for "${step#after:}" && continue
+      echo "=== ${step#after:} failed: the rest of its lane does not run"
+      return
+    fi
     if ! run_step "$step" && [[ "$TIERS" != *" $step "* ]]; then
       echo "=== $step failed: the rest of its lane does not run"
       return
@@ -76,6 +97,7 @@ done < "$LOGS/summary"
 for lane in $LANES; do
   IFS=, read -ra steps <<< "$lane"
   for step in "${steps[@]}"; do
+    [[ "$step" == after:* ]] && continue
     grep -q "^$step " "$LOGS/summary" || failed+=" $step(not-run)"
   done
 done
