@@ -124,6 +124,23 @@ def test_the_api_is_defined_only_in_the_api_package() -> None:
     assert redefined == []
 
 
+def test_conditions_reasons_and_phases_are_named_only_by_their_enums() -> None:
+    """A literal "Unschedulable" beside the enum drifts from it unseen: operator and trainer
+    say ConditionType.x, Reason.x, Phase.x, PodPhase.x."""
+    from kubegan_api.conditions import ConditionType, Reason
+    from kubegan_api.status import Phase, PodPhase
+
+    values = {member.value for enum in (ConditionType, Reason, Phase, PodPhase) for member in enum}
+    literals = sorted(
+        f"{p.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+        for root in (OPERATOR, TRAINER)
+        for p in root.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Constant) and node.value in values
+    )
+    assert literals == []
+
+
 # The trainer, bottom to top (docs/architecture.md); `__main__` (the container's command)
 # sits above them all and nothing imports it.
 TRAINER_LAYERS = ["base", "storage", "data", "worker", "backends", "launch"]
