@@ -25,6 +25,8 @@ ENV_CONFIG = "KUBEGAN_CONFIG"
 ENV_CHECKPOINT_DIR = "KUBEGAN_CHECKPOINT_DIR"
 # Checkpoints in a bucket: `s3://bucket/prefix`, `gs://...`, `az://container/...`.
 # The checkpoint directory then holds local copies only; the bucket is the truth on resume.
+# Read by the trainer over spec.checkpoint.uri/endpoint; written by no part of kubegan (the
+# workers get the spec's URI in their config): an override for a trainer started by hand.
 ENV_CHECKPOINT_URI = "KUBEGAN_CHECKPOINT_URI"
 # An S3-compatible store's endpoint; the standard AWS variable is honoured as the AWS tools do.
 ENV_CHECKPOINT_ENDPOINT = "KUBEGAN_CHECKPOINT_ENDPOINT"
