@@ -8,7 +8,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/go-env.sh"
 if [[ "${KUBEGAN_KEEP_GO_CACHE:-0}" == 1 ]]; then
   echo "drop-go-caches: kept (KUBEGAN_KEEP_GO_CACHE=1)"; exit 0
 fi
-size() { du -sb "$GOCACHE" "$GOMODCACHE" 2>/dev/null | awk '{s += $1} END {printf "%.1f GB", s / 1e9}'; }
+size() {  # what both caches hold; a missing one counts 0
+  { du -sb "$GOCACHE" "$GOMODCACHE" 2>/dev/null || true; } | awk '{s += $1} END {printf "%.1f GB", s / 1e9}'
+}
 before="$(size)"
 # `go clean -modcache` removes the module cache's read-only files, which rm -rf cannot.
 if [[ -d "$GOCACHE" || -d "$GOMODCACHE" ]] && command -v go >/dev/null; then
