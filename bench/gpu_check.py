@@ -907,21 +907,24 @@ def plan_rows(report: Report, bench: Bench, models: list[str]) -> dict[str, list
     rows: dict[str, list] = {"ddp": [], "throughput": [], "physics": [], "compile": []}
     rows["ddp"].append(report.plan(check="ddp", model="dcgan", precision="bf16", world=1))
     rows["ddp"].append(report.plan(check="ddp", model="dcgan", precision="bf16", world=2))
-    for model in models:
+
+    def throughput_row(model: str, precision: str, layout: str, **extra: Any) -> dict[str, Any]:
         _, batch, size = bench.cases[model]
+        return report.plan(
+            check="throughput",
+            key_model=model,
+            model=f"{model} {size} b{batch}",
+            precision=precision,
+            layout=layout,
+            **extra,
+        )
+
+    for model in models:
         for precision in PRECISIONS:
             for layout in layouts:
                 plain = precision != "fp16" and layout == default_layout
                 rows["throughput"].append(
-                    report.plan(
-                        check="throughput",
-                        key_model=model,
-                        model=f"{model} {size} b{batch}",
-                        precision=precision,
-                        layout=layout,
-                        compile="no",
-                        with_plain=plain,
-                    )
+                    throughput_row(model, precision, layout, compile="no", with_plain=plain)
                 )
     job = bench.physics_job
     label = f"gan3d tiny b{job['batch']} {job['epochs']}x{job['steps_per_epoch']} steps"
@@ -931,17 +934,7 @@ def plan_rows(report: Report, bench: Bench, models: list[str]) -> dict[str, list
     compile_models = models[:1] if bench.tiny else models
     for precision in compile_precisions:
         for model in compile_models:
-            _, batch, size = bench.cases[model]
-            rows["compile"].append(
-                report.plan(
-                    check="throughput",
-                    key_model=model,
-                    model=f"{model} {size} b{batch}",
-                    precision=precision,
-                    layout=default_layout,
-                    compile="yes",
-                )
-            )
+            rows["compile"].append(throughput_row(model, precision, default_layout, compile="yes"))
     return rows
 
 
