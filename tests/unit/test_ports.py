@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,18 @@ def listen(port: int) -> socket.socket:
     s.bind(("127.0.0.1", port))
     s.listen()
     return s
+
+
+@contextmanager
+def established(server_port: int, client_port: int) -> Iterator[None]:
+    """A connection on loopback from `client_port` to a listener on `server_port`, open while
+    the block runs: nobody listens on `client_port`, yet it is taken."""
+    with listen(server_port) as server, socket.socket() as client:
+        client.bind(("127.0.0.1", client_port))
+        client.connect(("127.0.0.1", server_port))
+        conn, _ = server.accept()
+        with conn:
+            yield
 
 
 def window(monkeypatch: pytest.MonkeyPatch, low: int, size: int) -> range:
@@ -91,18 +103,14 @@ def test_a_port_an_established_connection_owns_is_not_free(
 ) -> None:
     start = a_free_window(2)
     server_port, client_port = start, start + 1
-    with listen(server_port) as server, socket.socket() as client:
-        client.bind(("127.0.0.1", client_port))
-        client.connect(("127.0.0.1", server_port))
-        conn, _ = server.accept()
-        with conn:
-            # A connect probe sees nothing listening on the client's port and calls it free.
-            with socket.socket() as probe:
-                assert probe.connect_ex(("127.0.0.1", client_port)) != 0
-            assert not ports.is_bindable(client_port)
-            window(monkeypatch, client_port, 1)
-            with pytest.raises(ports.NoFreePort):
-                ports.reserve_ports(1)
+    with established(server_port, client_port):
+        # A connect probe sees nothing listening on the client's port and calls it free.
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", client_port)) != 0
+        assert not ports.is_bindable(client_port)
+        window(monkeypatch, client_port, 1)
+        with pytest.raises(ports.NoFreePort):
+            ports.reserve_ports(1)
 
 
 def test_a_block_is_free_as_a_whole(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,9 +260,5 @@ def test_a_listener_on_every_address_or_a_client_connection_is_taken_for_a_serve
         wildcard.listen()
         assert not ports.is_bindable(start, reuse_addr=True, host="127.0.0.1")
     server_port, client_port = start, start + 1
-    with listen(server_port) as server, socket.socket() as client:
-        client.bind(("127.0.0.1", client_port))
-        client.connect(("127.0.0.1", server_port))
-        conn, _ = server.accept()
-        with conn:
-            assert not ports.is_bindable(client_port, reuse_addr=True, host="127.0.0.1")
+    with established(server_port, client_port):
+        assert not ports.is_bindable(client_port, reuse_addr=True, host="127.0.0.1")
