@@ -20,13 +20,17 @@ REAL_NODES ?= 2
 # the Go-built control plane, real-node binaries and the cluster tier's add-ons (Karpenter,
 # Kueue), all cached by version outside the repo and reused when present.
 install: $(VENV)/.installed install-system
-# What only the helm, monitoring, cluster and e2e tiers need (`make test` builds it in their lane
-# while the unit and trainer tiers run in the other).
-.PHONY: install-system
-install-system:
+# What only the helm, monitoring, cluster and e2e tiers need (`make test` builds it in their
+# lanes while the unit and trainer tiers run in another): the control plane and the real nodes'
+# binaries, which the e2e tier needs, and the cluster tier's add-ons, which it does not.
+.PHONY: install-system install-control-plane install-addons
+install-system: install-control-plane install-addons
+install-control-plane:
 	bash hack/install-debian-packages.sh
 	bash hack/build-binaries.sh
 	bash hack/build-node-binaries.sh
+	bash hack/drop-go-caches.sh
+install-addons:
 	bash hack/build-cluster-addons.sh
 	bash hack/drop-go-caches.sh
 
@@ -42,10 +46,11 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 
 # --- tests: one pytest marker and one target per tier (tests/README.md) ---
 # `make test` runs every tier, each in its own pytest process, in three lanes side by side
-# (hack/run-tiers.sh: unit, trainer | install-system, helm, monitoring, cluster | images, e2e
-# once install-system is done), going on after a failed tier and failing at the end with the
-# list; KUBEGAN_TEST_LANES changes the lanes. Each tier stops what it started before the next
-# one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's control plane, when it started it).
+# (hack/run-tiers.sh: unit, trainer | install-control-plane, install-addons, helm, monitoring,
+# cluster | images, e2e once install-control-plane is done), going on after a failed tier and
+# failing at the end with the list; KUBEGAN_TEST_LANES changes the lanes. Each tier stops what
+# it started before the next one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's control
+# plane, when it started it).
 # Each step's output is also in .test-logs/<step>.log.
 TIERS := unit trainer helm monitoring cluster e2e
 PYTEST := $(PY) -m pytest -q --durations=25

@@ -4,7 +4,12 @@
 # again when a pinned version changes, and then they cost a cold build (minutes) instead of
 # 13 GB of disk in the meantime. KUBEGAN_KEEP_GO_CACHE=1 keeps them (for work on the builds).
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/go-env.sh"
+KUBEGAN_GO_LOCK_MODE=none source "$(dirname "${BASH_SOURCE[0]}")/go-env.sh"
+exec {lock_fd}>>"$KUBEGAN_GO_LOCK"
+if ! flock -n -x "$lock_fd"; then
+  # The build still running drops them when it is done (its make target ends with this script).
+  echo "drop-go-caches: kept (another Go build is running)"; exit 0
+fi
 if [[ "${KUBEGAN_KEEP_GO_CACHE:-0}" == 1 ]]; then
   echo "drop-go-caches: kept (KUBEGAN_KEEP_GO_CACHE=1)"; exit 0
 fi

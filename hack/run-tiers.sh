@@ -3,14 +3,15 @@
 #
 # A lane is a list of steps run one after the other: a tier (unit, trainer, helm, monitoring,
 # cluster, e2e: `make test-<tier>`), a make target that later tiers of the lane need
-# (install-system: Debian packages and the Go-built binaries; images), or `after:<step>`,
+# (install-control-plane: Debian packages, the control plane and the real nodes' binaries;
+# install-addons: Karpenter and Kueue; images), or `after:<step>`,
 # which waits until another lane's step has passed. The lanes run side by side. The default:
 #
 #   unit, trainer                          need only .venv
-#   install-system, helm, monitoring,      the control plane, Karpenter and Kueue
-#     cluster
-#   after:install-system, images, e2e      the node binaries (and Go's caches dropped, so the
-#                                          image build never races a Go build), the images
+#   install-control-plane, install-addons, the control plane, Karpenter and Kueue
+#     helm, monitoring, cluster
+#   after:install-control-plane, images,   the control plane and node binaries, the images
+#     e2e                                  (not the add-ons: they build beside the images)
 #
 # So a new machine builds its control plane while the unit and trainer tiers run, and the
 # tiers that mostly wait (a control plane, kubelets, containers) run beside the ones that
@@ -30,7 +31,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-LANES="${KUBEGAN_TEST_LANES:-unit,trainer install-system,helm,monitoring,cluster after:install-system,images,e2e}"
+LANES="${KUBEGAN_TEST_LANES:-unit,trainer install-control-plane,install-addons,helm,monitoring,cluster after:install-control-plane,images,e2e}"
 TIERS=" unit trainer helm monitoring cluster e2e "
 LOGS="${KUBEGAN_TEST_LOGS:-.test-logs}"
 mkdir -p "$LOGS"
