@@ -70,24 +70,9 @@ TPU_TOPOLOGY_PATTERN = rf"^{_TPU_DIM}(x{_TPU_DIM}){{1,2}}$"
 # A PersistentVolumeClaim name (DNS-1123 subdomain), or empty for none.
 CLAIM_NAME_PATTERN = r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENTRYPOINT_PATTERN = r"^$|^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
-# A bucket URI: scheme, then a bucket or container name as the three clouds allow
-# them, then an optional prefix (the trainer's objstore.parse_uri checks the same).
-BUCKET_URI_PATTERN = r"^$|^(s3|gs|az)://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/[^\s]*)?$"
-ENDPOINT_PATTERN = r"^$|^https?://[^\s/]+(/[^\s]*)?$"
-
-# The constraints of the volume, bucket and Secret fields that the data and checkpoint
-# sections both have, written once so that the two cannot drift apart (the CRD's schema is
-# generated from them); each field still gives its own default and description.
+# The claim and Secret fields that the data and checkpoint sections both have, written once
+# (their bucket URI and endpoint types are kubegan_api.urls').
 ObjectName = Annotated[str, Field(max_length=253, pattern=CLAIM_NAME_PATTERN)]
-BucketUriText = Annotated[str, Field(max_length=1024, pattern=BUCKET_URI_PATTERN)]
-S3Endpoint = Annotated[
-    str,
-    Field(
-        max_length=1024,
-        pattern=ENDPOINT_PATTERN,
-        description="An S3-compatible store's endpoint (s3:// URIs only).",
-    ),
-]
 
 
 def label_key_problem(key: str) -> str | None:

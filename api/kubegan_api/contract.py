@@ -50,6 +50,9 @@ ENV_COST_RATE_PER_HOUR = "KUBEGAN_COST_RATE_PER_HOUR"  # the job's USD per hour
 # Where rank 0 serves metrics: every interface in a pod (the operator scrapes it);
 # `kubegan run` sets loopback.
 ENV_METRICS_ADDR = "KUBEGAN_METRICS_ADDR"
+# Where this worker's output is already captured (`kubegan run`: <output>/logs/worker-<i>.log);
+# unset in a pod, where rank 0 writes its log records to <output>/logs/ itself.
+ENV_LOG_FILE = "KUBEGAN_LOG_FILE"
 # Where the trainer writes its termination message (tests point it elsewhere).
 ENV_TERMINATION_LOG = "KUBEGAN_TERMINATION_LOG"
 # TensorFlow only: split the CPU into N logical devices (MirroredStrategy without GPUs).
@@ -60,6 +63,13 @@ ENV_TRAINER_IMAGE_TF = "KUBEGAN_TRAINER_IMAGE_TF"
 # "true" on the operator (the chart's workers.allowHostPath) lets spec.podTemplate mount
 # hostPath volumes; anything else refuses them.
 ENV_ALLOW_HOST_PATH = "KUBEGAN_ALLOW_HOST_PATH"
+# The priority classes named `system-...` that spec.podTemplate may name (comma-separated;
+# the chart's workers.allowedPriorityClasses, the operator's --allow-priority-class): none
+# unless set, as those outrank the node's own pods.
+ENV_ALLOWED_PRIORITY_CLASSES = "KUBEGAN_ALLOWED_PRIORITY_CLASSES"
+# Seconds a bucket operation is tried before it fails (its retries included); each read of an
+# answer waits at most a third of it. Default objstore.RETRY_SECONDS; tests make it short.
+ENV_STORE_TIMEOUT_SECONDS = "KUBEGAN_STORE_TIMEOUT_SECONDS"
 # Every variable of kubegan's own begins so: spec.podTemplate.spec.env cannot set one.
 ENV_PREFIX = "KUBEGAN_"
 
@@ -113,6 +123,8 @@ CHECKPOINT_EPOCH = "kubegan_checkpoint_epoch"
 CHECKPOINT_STEP = "kubegan_checkpoint_step"
 CHECKPOINT_TIMESTAMP = "kubegan_checkpoint_timestamp_seconds"
 QUALITY = "kubegan_quality"  # one series per quality metric (label `metric`)
+# The epoch of the newest sample grid stored with the artifacts, for status.artifacts.
+SAMPLES_EPOCH = "kubegan_samples_epoch"
 
 TRAINER_METRICS = (
     EPOCH_DURATION,
@@ -127,6 +139,7 @@ TRAINER_METRICS = (
     CHECKPOINT_STEP,
     CHECKPOINT_TIMESTAMP,
     QUALITY,
+    SAMPLES_EPOCH,
 )
 
 # Operator.
@@ -137,6 +150,10 @@ JOB_COST = "kubegan_job_cost_dollars"
 JOB_COST_RATE = "kubegan_job_cost_rate_dollars_per_hour"
 JOB_PREEMPTIONS = "kubegan_job_preemptions"
 JOB_RESTARTS = "kubegan_job_restarts"
+JOB_LOST_DOLLARS = "kubegan_job_lost_dollars"  # work redone after disruptions, USD
+# 1 while the price table lacks a price the job's nodes need (condition CostKnown=False):
+# its cost gauges then count only what is priced.
+JOB_COST_UNPRICED = "kubegan_job_cost_unpriced"
 JOB_TIME_TO_RUNNING = "kubegan_job_time_to_running_seconds"  # histogram
 RECONCILE_DURATION = "kubegan_reconcile_duration_seconds"  # histogram
 RECONCILES = "kubegan_reconciles"  # a counter: exposed as kubegan_reconciles_total
@@ -149,6 +166,8 @@ OPERATOR_METRICS = (
     JOB_COST_RATE,
     JOB_PREEMPTIONS,
     JOB_RESTARTS,
+    JOB_LOST_DOLLARS,
+    JOB_COST_UNPRICED,
     JOB_TIME_TO_RUNNING,
     RECONCILE_DURATION,
     RECONCILES,
@@ -203,19 +222,27 @@ EXIT_MEANINGS = {
 # the kubelet copies it into the pod's `state.terminated.message`, where the operator reads
 # the checkpoint it names into status.lastCheckpoint. JSON:
 #     {"checkpoint": {"epoch": <epochs done>, "step": <steps into the next>, "time": <unix>}}
+# plus, when the run stored sample grids with its artifacts, "samples": <newest grid's epoch>.
 
 TERMINATION_MESSAGE_MAX = 4096  # the kubelet keeps at most 4 KiB; anything longer is not ours
 _POSITION_LIMIT = 2**31
 
 
 def termination_message(
-    epoch: int, step: int, time: float, lost: dict[str, Any] | None = None
+    epoch: int,
+    step: int,
+    time: float,
+    lost: dict[str, Any] | None = None,
+    samples: int | None = None,
 ) -> str:
     """`lost` (optional): the work a stop could not commit to the bucket in time, as
-    {"steps": <optimizer steps after the named checkpoint>, "reason": <one line>}."""
+    {"steps": <optimizer steps after the named checkpoint>, "reason": <one line>};
+    `samples` (optional): the epoch of the newest sample grid stored with the artifacts."""
     body: dict[str, Any] = {"checkpoint": {"epoch": epoch, "step": step, "time": time}}
     if lost is not None:
         body["lost"] = lost
+    if samples is not None:
+        body["samples"] = samples
     return json.dumps(body)
 
 
@@ -232,6 +259,15 @@ def parse_termination_message(message: Any) -> tuple[int, int] | None:
     if not all(type(v) is int and 0 <= v < _POSITION_LIMIT for v in (epoch, step)):
         return None
     return epoch, step
+
+
+def parse_samples_epoch(message: Any) -> int | None:
+    """The epoch of the newest stored sample grid a trainer's termination message names, or
+    None (read as untrusted data, like the rest of the message)."""
+    if parse_termination_message(message) is None:
+        return None
+    epoch = json.loads(message).get("samples")
+    return epoch if type(epoch) is int and 1 <= epoch < _POSITION_LIMIT else None
 
 
 LOST_REASON_MAX = 512  # what status and events carry of the trainer's one line
@@ -260,6 +296,8 @@ def parse_lost_work(message: Any) -> tuple[int, str] | None:
 
 WORKER_SUFFIX = "-worker-"
 CONFIG_MAP_SUFFIX = "-config"
+# The NetworkPolicy that admits only the job's own workers (and scrapers) to its workers.
+NETWORK_POLICY_SUFFIX = "-workers"
 # The trainer container of a worker pod: the operator reads its exit code and message.
 CONTAINER_NAME = "trainer"
 
@@ -310,3 +348,7 @@ def service_name(job_name: str) -> str:
 
 def config_map_name(job_name: str) -> str:
     return f"{job_name}{CONFIG_MAP_SUFFIX}"
+
+
+def network_policy_name(job_name: str) -> str:
+    return f"{job_name}{NETWORK_POLICY_SUFFIX}"

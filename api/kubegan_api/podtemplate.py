@@ -25,7 +25,10 @@ from kubegan_api.reserved import (
     RESERVED_KEY_PREFIXES,
     VOLUME_SOURCES,
     host_path_allowed,
+    priority_class_problem,
 )
+from kubegan_api.sections import json_data_problem
+from kubegan_api.text import TEXT_PATTERN, data_control_problem
 
 
 def _has_prefix(keys: Iterable[str]) -> bool:
@@ -66,6 +69,11 @@ FIELD_PATH_PATTERN = (
 
 Name = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN)]
 LabelKey = Annotated[str, Field(max_length=253, pattern=_LABEL_KEY)]
+# What the template's annotations may take of the apiserver's 256 KiB for all of a pod's
+# annotations together: kubegan's own (the planned nodes among them) and Kueue's take the rest.
+TEMPLATE_ANNOTATIONS_BYTES = 128 * 1024
+# How deep a volume source's own fields may nest (the pod API's are a few levels deep).
+MAX_SOURCE_DEPTH = 16
 
 
 META_RULES = (_no_reserved_keys("labels"), _no_reserved_keys("annotations"))
@@ -77,11 +85,28 @@ class PodTemplateMetadata(ApiModel):
     labels: dict[LabelKey, Annotated[str, Field(max_length=63, pattern=_LABEL_VALUE)]] = Field(
         default_factory=dict, max_length=64, description="Added to every worker."
     )
-    annotations: dict[LabelKey, Annotated[str, Field(max_length=65536)]] = Field(
-        default_factory=dict,
-        max_length=64,
-        description='Added to every worker (e.g. gke-gcsfuse/volumes: "true").',
+    annotations: dict[LabelKey, Annotated[str, Field(max_length=65536, pattern=TEXT_PATTERN)]] = (
+        Field(
+            default_factory=dict,
+            max_length=64,
+            description='Added to every worker (e.g. gke-gcsfuse/volumes: "true"); at most '
+            f"{TEMPLATE_ANNOTATIONS_BYTES // 1024} KiB in all.",
+        )
     )
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations_size(cls, annotations: dict[str, str]) -> dict[str, str]:
+        # The apiserver refuses a pod whose annotations exceed 256 KiB: refused here, before
+        # any worker is created.
+        total = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+        if total > TEMPLATE_ANNOTATIONS_BYTES:
+            raise ValueError(
+                f"{total} bytes in all; a worker's annotations may take at most "
+                f"{TEMPLATE_ANNOTATIONS_BYTES // 1024} KiB from the template (the apiserver "
+                "takes 256 KiB per pod, kubegan's and Kueue's own included)"
+            )
+        return annotations
 
     @model_validator(mode="after")
     def _rules(self) -> PodTemplateMetadata:
@@ -133,7 +158,8 @@ class EnvVarSource(ApiModel):
 ENV_RULES = (
     Rule(
         ".name",
-        f"variables under {ENV_PREFIX} and {', '.join(RESERVED_ENV)} are set by kubegan",
+        f"variables under {ENV_PREFIX} and {', '.join(RESERVED_ENV)} are set by kubegan "
+        "(bucket credentials from the Secret that credentialsSecret names)",
         f"{cel.none_of('self.name', RESERVED_ENV)} && "
         f"!self.name.startsWith({cel.literal(ENV_PREFIX)})",
         lambda e: e.name not in RESERVED_ENV and not e.name.startswith(ENV_PREFIX),
@@ -151,7 +177,7 @@ class EnvVar(ApiModel):
     model_config = ApiModel.model_config | cel_rules(*ENV_RULES)
 
     name: str = Field(min_length=1, max_length=256, pattern=ENV_NAME_PATTERN)
-    value: str | None = Field(default=None, max_length=32768)
+    value: str | None = Field(default=None, max_length=32768, pattern=TEXT_PATTERN)
     value_from: EnvVarSource | None = None
 
     @model_validator(mode="after")
@@ -200,6 +226,20 @@ class Volume(ApiModel):
     host_path: Source = Field(
         default=None, description="Refused unless the chart sets workers.allowHostPath."
     )
+
+    @field_validator(*(_snake(s) for s in VOLUME_SOURCES))
+    @classmethod
+    def _source_data(cls, value: Source) -> Source:
+        # Free-form, so checked as data: `sizeLimit: .inf` would be rendered as null, and a
+        # control character would reach the pod spec.
+        if value is None:
+            return value
+        problem = json_data_problem(value, MAX_SOURCE_DEPTH) or data_control_problem(
+            value, MAX_SOURCE_DEPTH
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("host_path")
     @classmethod
@@ -258,7 +298,13 @@ class SeccompProfile(ApiModel):
     model_config = ApiModel.model_config | cel_rules(SECCOMP_RULE)
 
     type: str = Field(pattern=r"^(RuntimeDefault|Localhost)$")
-    localhost_profile: str | None = Field(default=None, min_length=1, max_length=255)
+    localhost_profile: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        pattern=SUB_PATH_PATTERN,
+        description="Relative to the kubelet's seccomp directory: no '..' part, not absolute.",
+    )
 
     @model_validator(mode="after")
     def _rules(self) -> SeccompProfile:
@@ -357,7 +403,11 @@ class WorkerPodSpec(ApiModel):
         "workload-identity token comes through a projected volume in volumes.",
     )
     image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, max_length=16)
-    priority_class_name: Name | None = None
+    priority_class_name: Name | None = Field(
+        default=None,
+        description="system-* classes only where the chart's workers.allowedPriorityClasses "
+        "lists them.",
+    )
     volumes: list[Volume] = Field(default_factory=list, max_length=32)
     env: list[EnvVar] = Field(
         default_factory=list, max_length=128, description="The trainer's, after kubegan's."
@@ -366,6 +416,14 @@ class WorkerPodSpec(ApiModel):
         default_factory=list, max_length=32, description="The trainer's, of volumes above."
     )
     security_context: SecurityContext | None = None
+
+    @field_validator("priority_class_name")
+    @classmethod
+    def _priority(cls, name: str | None) -> str | None:
+        problem = None if name is None else priority_class_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
 
     @model_validator(mode="after")
     def _rules(self) -> WorkerPodSpec:

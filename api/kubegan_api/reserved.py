@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 
 from kubegan_api.contract import (
+    BUCKET_CREDENTIAL_KEYS,
     CHECKPOINT_ROOT,
     CONFIG_DIR,
     DATA_ROOT,
     ENV_ALLOW_HOST_PATH,
+    ENV_ALLOWED_PRIORITY_CLASSES,
     ENV_PREFIX,
     JOB_NAME_LABEL,
     KUEUE_QUEUE_LABEL,
@@ -37,8 +39,10 @@ KUBEGAN_MOUNTS: dict[str, str] = {
 
 def _worker_env_names() -> tuple[str, ...]:
     """Every variable the operator sets on a worker that is not under ENV_PREFIX (those are
-    all refused): the frameworks' own, read off build_worker_env for each kind of worker."""
-    names: set[str] = {HOME_ENV[0]}
+    all refused): the frameworks' own, read off build_worker_env for each kind of worker, and
+    the bucket credentials it sets from credentialsSecret (manifests/container.py sets exactly
+    these; tests/unit/test_refusals.py reads them off rendered workers)."""
+    names: set[str] = {HOME_ENV[0], *BUCKET_CREDENTIAL_KEYS}
     for framework, tpu in (("pytorch", False), ("tensorflow", False), ("tensorflow", True)):
         topology = WorkerTopology("j", "ns", framework, tpu, ["h:1", "g:1"], 0, 1, "", "", "", 1, 0)
         names.update(build_worker_env(topology))
@@ -50,6 +54,43 @@ RESERVED_ENV = _worker_env_names()
 RESERVED_KEY_PREFIXES = tuple(
     key.split("/", 1)[0] + "/" for key in (JOB_NAME_LABEL, KUEUE_QUEUE_LABEL)
 )
+# Label key prefixes that Kubernetes, Kueue and kubegan own: an operator flag that labels
+# workers (--worker-identity-label) cannot use them. A subdomain counts as its parent
+# (node.kubernetes.io/), except app.kubernetes.io/, the labels Kubernetes recommends to users.
+OWNED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io", "kueue.x-k8s.io", "kubegan.io")
+USER_LABEL_DOMAINS = ("app.kubernetes.io",)
+
+
+def owned_label_key(key: str) -> str | None:
+    """The owner's domain when `key`'s prefix is Kubernetes', Kueue's or kubegan's, else None."""
+    prefix, slash, _ = key.rpartition("/")
+    if not slash or prefix in USER_LABEL_DOMAINS:
+        return None
+    return next((d for d in OWNED_LABEL_DOMAINS if prefix == d or prefix.endswith("." + d)), None)
+
+
+# Priority classes that outrank the node's own pods: a training pod never needs one.
+SYSTEM_PRIORITY_PREFIX = "system-"
+
+
+def allowed_priority_classes() -> frozenset[str]:
+    """The `system-` priority classes this operator lets workers use (the chart's
+    workers.allowedPriorityClasses); read at each validation, as host_path_allowed is."""
+    listed = os.environ.get(ENV_ALLOWED_PRIORITY_CLASSES, "")
+    return frozenset(name.strip() for name in listed.split(",") if name.strip())
+
+
+def priority_class_problem(name: str) -> str | None:
+    """Why workers may not run with priority class `name`, or None."""
+    if not name.startswith(SYSTEM_PRIORITY_PREFIX) or name in allowed_priority_classes():
+        return None
+    return (
+        f"{SYSTEM_PRIORITY_PREFIX}* priority classes outrank the node's own pods; this operator "
+        "allows them only when listed in the chart's workers.allowedPriorityClasses "
+        "(--allow-priority-class)"
+    )
+
+
 VOLUME_SOURCES = (
     "configMap",
     "secret",

@@ -18,12 +18,12 @@ from kubegan_api.base import (
     INT64_MAX,
     INT64_MIN,
     ApiModel,
-    BucketUriText,
     ObjectName,
-    S3Endpoint,
 )
 from kubegan_api.contract import CHECKPOINT_ROOT, DATA_ROOT, METRICS_PORT
 from kubegan_api.model_options import option_problems, problem_lines
+from kubegan_api.text import LINE_PATTERN
+from kubegan_api.urls import BucketUriText, S3Endpoint
 
 # model.options is free-form JSON; bounded so that walking it never recurses too deeply.
 MAX_OPTIONS_DEPTH = 64
@@ -176,6 +176,8 @@ class DataSpec(ApiModel):
     )
     path: str = Field(
         default="",
+        max_length=4096,
+        pattern=LINE_PATTERN,
         description="files: HDF5 file, image folder or paired-image folder. A folder of "
         ".h5 or .tfrecord shards is streamed per rank. files needs exactly one of path or uri.",
     )
@@ -254,6 +256,13 @@ class CheckpointSpec(ApiModel):
         default=None, description="Also checkpoint mid-epoch at step boundaries this often."
     )
     keep: int = Field(default=3, ge=1, le=1000)
+    keep_best: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Also keep the N checkpoints with the best primary quality score of the "
+        "model (docs/trainer.md), besides the `keep` most recent; 0 keeps by recency only.",
+    )
 
 
 class MonitoringSpec(ApiModel):

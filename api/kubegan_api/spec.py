@@ -22,7 +22,7 @@ from kubegan_api.base import (
     ApiModel,
     label_key_problem,
 )
-from kubegan_api.contract import WORKER_SUFFIX
+from kubegan_api.contract import KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_LABEL, WORKER_SUFFIX
 from kubegan_api.podtemplate import PodTemplateSpec
 from kubegan_api.resources import (
     MAX_WORKERS,
@@ -43,6 +43,7 @@ from kubegan_api.sections import (
     TrainerConfig,
     TrainingSpec,
 )
+from kubegan_api.text import control_problem
 
 GROUP = "kubegan.io"
 VERSION = "v1alpha1"
@@ -51,6 +52,11 @@ KIND = "GANTrainingJob"
 PLURAL = "gantrainingjobs"
 SINGULAR = "gantrainingjob"
 SHORT_NAMES = ["ganjob", "ganjobs"]
+
+# Labels whose values Kueue reads as object names (a LocalQueue, a WorkloadPriorityClass): a
+# DNS-1123 subdomain, or Kueue's webhook refuses every worker pod.
+KUEUE_NAME_LABELS = (KUEUE_QUEUE_LABEL, KUEUE_PRIORITY_CLASS_LABEL)
+_DNS_1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 # The longest name for which `<name>-worker-<MAX_WORKERS-1>` is still a 63-character DNS label
 # (the pod's hostname).
@@ -133,6 +139,11 @@ class ObjectMeta(ApiModel):
                     "letters, digits, '-', '_' and '.', starting and ending with a letter or "
                     "digit)"
                 )
+            if key in KUEUE_NAME_LABELS and not re.fullmatch(_DNS_1123_SUBDOMAIN, value):
+                raise ValueError(
+                    f"{key}: value {value!r} is not a Kueue object name (lowercase letters, "
+                    "digits, '-' and '.', starting and ending with a letter or digit)"
+                )
         return labels
 
     @field_validator("annotations")
@@ -143,6 +154,9 @@ class ObjectMeta(ApiModel):
             why = label_key_problem(key)
             if why:
                 raise ValueError(f"key {key[:80]!r} is not a valid annotation key: {why}")
+            problem = control_problem(value, multiline=True)
+            if problem:
+                raise ValueError(f"{key}: the value {problem}")
             total += len(key.encode()) + len(value.encode())
         if total > MAX_ANNOTATIONS_BYTES:
             raise ValueError(f"{total} bytes in all; the apiserver takes at most 256 KiB")

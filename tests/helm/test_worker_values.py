@@ -48,3 +48,37 @@ def test_a_value_that_is_not_a_boolean_is_refused() -> None:
     )
     assert result.returncode != 0
     assert "allowHostPath" in result.stderr, result.stderr
+
+
+def operator_args(docs: list[dict[str, Any]]) -> list[str]:
+    (deploy,) = by_kind(docs, "Deployment")
+    return list(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+@pytest.mark.parametrize(
+    ("args", "allowed"),
+    [
+        ((), []),
+        (("--set", "workers.allowedPriorityClasses={system-cluster-critical}"),
+         ["system-cluster-critical"]),
+        (("--set", "workers.allowedPriorityClasses={system-node-critical,system-x}"),
+         ["system-node-critical", "system-x"]),
+    ],
+)  # fmt: skip
+def test_allowed_priority_classes_reach_the_operators_flags(
+    args: tuple[str, ...], allowed: list[str]
+) -> None:
+    from kubegan_operator.entry.cli import build_parser
+
+    argv = operator_args(template(*args))
+    assert build_parser().parse_args(argv).allow_priority_class == (allowed or None)
+
+
+@pytest.mark.parametrize("name", ["System-Node-Critical", "a b", "x/y"])
+def test_an_allowed_priority_class_that_is_no_name_is_refused(name: str) -> None:
+    result = helm(
+        "template", "kubegan", str(CHART), "--set", f"workers.allowedPriorityClasses={{{name}}}",
+        check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "allowedPriorityClasses" in result.stderr, result.stderr

@@ -33,6 +33,7 @@ from kubegan_api.contract import (
 )
 from kubegan_api.model_options import unknown_reason
 from kubegan_api.podtemplate import ENV_RULES, MOUNT_RULES, VOLUME_RULES
+from kubegan_api.urls import BUCKET_URI_RULES, ENDPOINT_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -259,6 +260,50 @@ POD_TEMPLATE_CASES: tuple[CelCase, ...] = (
 
 
 # GAN3D's resources turned into a TPU slice.
+# spec.{checkpoint,data}.{uri,endpoint}: the rules on the string itself (kubegan_api.urls),
+# in the order of the rule tables, each with values that break it alone and values it takes.
+_URI_VALUES = (
+    (("s3://KEY:SECRET@bucket/x", "gs://user@bucket"), ("s3://bucket/x", "gs://bucket/a@b")),
+    (("s3://bucket/a b", "s3://bucket/x\x1b[2J"), ("s3://bucket/a-b",)),
+    (("http://bucket/x", "S3://bucket"), ("az://container/x",)),
+    (("s3://ab/x", "s3://Bucket/x"), ("s3://abc/x",)),
+    (
+        ("s3://bucket//x", "s3://bucket/a/../b", "s3://bucket/a//"),
+        ("s3://bucket/a/", "s3://b-1/..a"),
+    ),
+)
+_ENDPOINT_VALUES = (
+    (("https://KEY:SECRET@minio:9000", "http://k@minio"), ("https://minio:9000",)),
+    (("http://minio :9000", "http://minio\x7f"), ("http://minio:9000",)),
+    (("ftp://minio", "minio:9000"), ("http://minio",)),
+    (("http://", "http://:9000"), ("http://10.0.0.1:9000",)),
+    (("http://minio:0", "http://minio:65536", "http://minio:x"), ("http://[::1]:80/p",)),
+)
+
+
+def _bucket(section: str, field: str, value: str) -> Patch:
+    """spec.<section>.<field> = value, in a job where nothing else is wrong with it."""
+    fields = {"uri": "s3://bucket/x", field: value}
+    if section == "checkpoint":
+        return _spec(checkpoint={**fields, "claimName": None})
+    return _spec(data={**fields, "source": "files"})
+
+
+URL_CASES: tuple[CelCase, ...] = tuple(
+    CelCase(
+        f"spec.{section}.{field}",
+        rule.message,
+        refused=tuple(_bucket(section, field, v) for v in refused),
+        accepted=tuple(_bucket(section, field, v) for v in accepted),
+    )
+    for section in ("checkpoint", "data")
+    for field, rules, values in (
+        ("uri", BUCKET_URI_RULES, _URI_VALUES),
+        ("endpoint", ENDPOINT_RULES, _ENDPOINT_VALUES),
+    )
+    for rule, (refused, accepted) in zip(rules, values, strict=True)
+)
+
 _SLICE = {
     "gpus": None,
     "accelerator": None,
@@ -584,6 +629,7 @@ CASES: tuple[CelCase, ...] = (
     _unknown_option("pix2pix", "dataKind", "paired", reader="custom"),
     _unknown_option("gan3d", "dataKind", "showers", reader="custom"),
     *POD_TEMPLATE_CASES,
+    *URL_CASES,
 )
 
 

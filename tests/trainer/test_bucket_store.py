@@ -264,10 +264,12 @@ def test_wrong_credentials_are_one_line_and_never_logged(
 def test_bad_uri_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(objstore.StoreError) as err:
         open_checkpoint_store(tmp_path, 3, environ={ENV_CHECKPOINT_URI: "ftp://x/y"})
+    # In the words `kubegan validate` says it (kubegan_api.urls), never quoting the value.
     assert str(err.value) == (
-        f"{ENV_CHECKPOINT_URI}: 'ftp://x/y' is not a bucket URI (s3://, gs:// or az://)"
+        f"{ENV_CHECKPOINT_URI}: must be s3://bucket/prefix, gs://bucket/prefix or "
+        "az://container/prefix"
     )
-    with pytest.raises(objstore.StoreError, match="is not a bucket or container name"):
+    with pytest.raises(objstore.StoreError, match="the bucket or container name must be"):
         open_checkpoint_store(tmp_path, 3, environ={ENV_CHECKPOINT_URI: "s3://A_B/y"})
 
 

@@ -7,6 +7,7 @@ frameworks train on their own shards from a real S3 server (moto) and resume bit
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -203,11 +204,42 @@ def test_an_index_that_lies_about_a_shard_is_caught_when_it_is_read(tmp_path: Pa
     )
 
 
-def test_an_index_that_is_not_one_means_counting_the_shards(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("index", "why"),
+    [
+        ("not json", "not JSON"),
+        ("{" * 100000, "not JSON"),
+        ("\x00\xff", "not JSON"),
+        ("[1, 2]", 'no "files" object'),
+        ('{"files": [1]}', 'no "files" object'),
+        ('{"files": {"part-000.tfrecord": "9"}}', "the count of 'part-000.tfrecord' is not"),
+        ('{"files": {"part-000.tfrecord": -1}}', "the count of 'part-000.tfrecord' is not"),
+        ('{"files": {"part-000.tfrecord": true}}', "the count of 'part-000.tfrecord' is not"),
+    ],
+)
+def test_an_index_that_is_not_one_is_refused_naming_it(
+    tmp_path: Path, index: str, why: str
+) -> None:
+    """A writer never leaves such an index: it is damage, said in one line, not silently a
+    count of every shard."""
     write_tfrecords(tmp_path, 2, 3)
-    for index in ("[1, 2]", '{"files": {"part-000.tfrecord": "9"}}', "{" * 100000, "not json"):
-        (tmp_path / SHARD_INDEX).write_text(index)
-        assert ShardPlan.open(str(tmp_path), seed=7, angle_key="theta").counts == [3, 3]
+    (tmp_path / SHARD_INDEX).write_text(index, encoding="latin-1")
+    with pytest.raises(TrainerError) as err:
+        ShardPlan.open(str(tmp_path), seed=7, angle_key="theta")
+    line = str(err.value)
+    assert line.startswith(f"spec.data.path: {SHARD_INDEX} is not a shard index ({why}"), line
+    assert "\n" not in line
+
+
+def test_an_index_that_is_no_regular_file_is_refused_naming_it(tmp_path: Path) -> None:
+    write_tfrecords(tmp_path, 2, 3)
+    (tmp_path / SHARD_INDEX).unlink(missing_ok=True)
+    os.mkfifo(tmp_path / SHARD_INDEX)
+    with pytest.raises(TrainerError) as err:
+        ShardPlan.open(str(tmp_path), seed=7, angle_key="theta")
+    assert (
+        str(err.value) == f"spec.data.path: {tmp_path / SHARD_INDEX} is a FIFO, not a regular file"
+    )
 
 
 def test_a_prefix_holding_both_formats_is_refused(tmp_path: Path) -> None:

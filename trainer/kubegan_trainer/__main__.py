@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from kubegan_api.base import FIELD_PROBLEMS
 from kubegan_api.contract import CONFIG_FILE, ENV_CONFIG, EXIT_USER_ERROR
 from kubegan_api.sections import TrainerConfig
+from kubegan_api.urls import redact_urls
 from pydantic import ValidationError
 
 from kubegan_trainer.base.bounded_read import regular_file_problem
@@ -47,9 +48,13 @@ def load_config(path: str) -> TrainerConfig:
         return TrainerConfig.from_file(p)
     except ValidationError as err:
         first = err.errors()[0]
-        if first["type"] == FIELD_PROBLEMS:  # e.g. model options: the lines `validate` prints
-            raise TrainerError(first["ctx"]["message"]) from None
         where = ".".join(str(x) for x in first["loc"])
+        if first["type"] == FIELD_PROBLEMS:  # e.g. model options: the lines `validate` prints
+            ctx = first["ctx"]
+            rules = ctx["rules"]
+            raise TrainerError(
+                ctx.get("message") or "; ".join(f"spec.{where}{sub}: {m}" for sub, m in rules)
+            ) from None
         raise TrainerError(f"{ENV_CONFIG}: {p}: {where}: {first['msg']}") from None
     except ValueError as err:  # JSON syntax
         raise TrainerError(f"{ENV_CONFIG}: {p} is not valid JSON ({err})") from None
@@ -87,7 +92,7 @@ def main(hooks: Hooks | None = None) -> int:
             load_entrypoint(config.model.entrypoint)
         return load_backend(config.framework.value).run(env, config, hooks=hooks)
     except TrainerError as err:
-        print(f"kubegan-trainer: error: {err}", file=sys.stderr, flush=True)
+        print(f"kubegan-trainer: error: {redact_urls(str(err))}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kubegan_api.spec import API_VERSION, KIND, GANTrainingJob, decode_job
+from kubegan_api.text import control_problem
 from pydantic import ValidationError
 
 from kubegan_operator.api.input_files import (
@@ -36,6 +37,8 @@ _PATTERN_HINTS = {
     "(no spaces or control characters)",
     "spec.resources.tpu.topology": "must be a TPU slice shape such as 2x4, 4x4 or 2x2x4: two "
     "or three dimensions, each 1, 2 or a multiple of 4",
+    "spec.podTemplate.spec.securityContext.seccompProfile.localhostProfile": "must be a path "
+    "relative to the kubelet's seccomp directory: not absolute, no '.' or '..' part",
 }
 
 
@@ -68,8 +71,8 @@ def _describe(err: dict[str, Any]) -> list[str]:
         msg = str(err["ctx"]["error"])
     elif err["type"] == "enum":
         msg = f"must be one of {err['ctx']['expected'].replace(' or ', ', ')}"
-    elif err["type"] == "string_pattern_mismatch" and path in _PATTERN_HINTS:
-        msg = _PATTERN_HINTS[path]
+    elif err["type"] == "string_pattern_mismatch":
+        msg = _pattern_message(err["input"], path) or msg
     elif err["type"] == "string_too_long" and path.endswith("metadata.name"):
         msg = (
             f"at most {err['ctx']['max_length']} characters, so that "
@@ -78,6 +81,15 @@ def _describe(err: dict[str, Any]) -> list[str]:
     # One line per problem: a value quoted in a message may itself hold line breaks.
     line = f"{path}: {msg[0].lower() + msg[1:]}" if msg else f"{path}: invalid"
     return [" ".join(line.splitlines())]
+
+
+def _pattern_message(value: Any, path: str) -> str | None:
+    """The field's own words for a value its pattern refuses, where it has them; else, for a
+    control character, which one (escaped, never printed: it could rewrite the terminal or
+    forge a line); else None (pydantic's words)."""
+    text = value if isinstance(value, str) else ""
+    controls = control_problem(text, multiline=True) or control_problem(text)
+    return _PATTERN_HINTS.get(path) or controls
 
 
 def validation_problems(err: ValidationError) -> list[str]:

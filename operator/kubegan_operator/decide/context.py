@@ -14,6 +14,7 @@ from kubegan_api.conditions import ConditionType, Reason
 from kubegan_api.resources import RunPolicySpec
 from kubegan_api.spec import GANTrainingJob
 from kubegan_api.status import Condition, GANTrainingJobStatus, Phase
+from kubegan_api.urls import redact_urls
 
 from kubegan_operator.decide.cost_accrual import accrue
 from kubegan_operator.decide.pod_cleanup import must_force, pod_name
@@ -29,6 +30,8 @@ TERMINAL = (Phase.succeeded, Phase.failed)
 @dataclass
 class Decision:
     create: list[dict[str, Any]] = field(default_factory=list)
+    # Objects found changed (a job's NetworkPolicy): their spec is set back to these.
+    update: list[dict[str, Any]] = field(default_factory=list)
     lift_gates: list[str] = field(default_factory=list)
     delete_pods: list[tuple[str, bool]] = field(default_factory=list)  # (name, force)
     # Workers whose Kueue finalizer kubegan takes off (podstate.kueue_finalizer_due).
@@ -46,6 +49,7 @@ def set_condition(
 ) -> None:
     # Plain str: the status is compared and dumped as JSON, where an enum member must not leak.
     type_, reason, wanted = str(type_), str(reason), "True" if value else "False"
+    message = redact_urls(message)  # it may quote a URL (a bucket, a worker's last words)
     for cond in status.conditions:
         if cond.type == type_:
             if cond.status != wanted:
@@ -75,13 +79,17 @@ def transition(
     and cost accrual change. Cost accrues only while Running: entering Running opens (or, at
     most every COST_ACCRUAL_SECONDS, brings up to date) an interval; any other phase closes
     it. A gang that is Restarting stays Restarting while it waits (`to` Pending) until it
-    runs or fails: that it restarts is what a user wants to see."""
+    runs or fails: that it restarts is what a user wants to see. Suspended, and resumed to
+    Pending, say `message` with `reason` when given (a budget), else runPolicy.suspend's."""
     ts = now_iso(now)
     accrue(st, now, running=to == Phase.running)
+    if to != Phase.running:
+        st.running_since = None
+    elif st.phase != Phase.running:
+        st.running_since = ts
     if st.phase == Phase.suspended and to != Phase.suspended:
-        set_condition(
-            st, ConditionType.suspended, False, Reason.resumed, "runPolicy.suspend is false", ts
-        )
+        why = message if to == Phase.pending and message else "runPolicy.suspend is false"
+        set_condition(st, ConditionType.suspended, False, Reason.resumed, why, ts)
     if to in TERMINAL:
         st.completion_time = ts
         ended = ConditionType.succeeded if to == Phase.succeeded else ConditionType.failed
@@ -94,9 +102,8 @@ def transition(
         set_condition(st, ConditionType.running, True, Reason.all_workers_running, message, ts)
         set_condition(st, ConditionType.restarting, False, Reason.all_workers_running, "", ts)
     elif to == Phase.suspended:
-        set_condition(
-            st, ConditionType.suspended, True, Reason.suspended, "runPolicy.suspend is true", ts
-        )
+        why = (reason, message) if message else (Reason.suspended, "runPolicy.suspend is true")
+        set_condition(st, ConditionType.suspended, True, *why, ts)
     elif st.phase == Phase.restarting:  # to Pending
         return
     st.phase = to
@@ -147,7 +154,8 @@ class Context:
         set_condition(self.st, type_, value, reason, message, self.ts)
 
     def event(self, type_: str, reason: Reason, message: str) -> None:
-        self.d.events.append((type_, str(reason), message))
+        # Never a URL's credentials, as in conditions (set_condition).
+        self.d.events.append((type_, str(reason), redact_urls(message)))
 
     def requeue(self, seconds: float) -> None:
         """Ask to be reconciled again within `seconds` even if nothing changes: the earliest

@@ -9,6 +9,8 @@ import math
 import re
 from collections.abc import Callable
 
+from kubegan_api.reserved import owned_label_key
+
 
 def path_arg(text: str) -> str:
     """A file or directory argument. An empty one is refused by name: Path("") is ".",
@@ -90,11 +92,24 @@ def worker_identity_label_arg(text: str) -> tuple[str, str, str]:
     if not sep or not _is_dns_label(namespace):
         raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE=KEY=VALUE")
     problem = _label_key_problem(key)
+    owner = owned_label_key(key) if problem is None else None
+    if owner is not None:
+        problem = (
+            f"label key {key!r} is under {owner}/, which Kubernetes, Kueue and kubegan keep "
+            "for themselves"
+        )
     if problem is None and value and not _LABEL_NAME.fullmatch(value):
         problem = f"label value {value!r} is not a label value"
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE=KEY=VALUE ({problem})")
     return namespace, key, value
+
+
+def priority_class_arg(text: str) -> str:
+    """A PriorityClass name (--allow-priority-class): a DNS subdomain."""
+    if not (len(text) <= 253 and _DNS_SUBDOMAIN.fullmatch(text)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a PriorityClass name")
+    return text
 
 
 def progress_seconds_arg(text: str) -> float:

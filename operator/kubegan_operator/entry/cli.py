@@ -1,6 +1,7 @@
 """The `kubegan` command line (DESIGN §7).
 
-Exit codes: 0 success, 2 bad input (one line per problem on stderr), 3 infeasible plan.
+Exit codes: 0 success, 2 bad input (one line per problem on stderr), 3 infeasible plan,
+4 a price source that could not be read (`kubegan prices`, `--prices-from`; one line).
 """
 
 from __future__ import annotations
@@ -17,20 +18,42 @@ from pathlib import Path
 import yaml
 from kubegan_api.contract import EXIT_USER_ERROR, KUEUE_QUEUE_LABEL
 from kubegan_api.spec import GANTrainingJob
+from kubegan_api.urls import redact_urls
 
 from kubegan_operator import __version__
 from kubegan_operator.api.input_files import InputError
 from kubegan_operator.api.loading import load_job, load_objects, load_prices
+from kubegan_operator.api.price_file import PriceSourceError
 from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.api.rates import unpriced_message
 from kubegan_operator.entry.arg_types import (
     default_queue_arg,
     name_arg,
     path_arg,
+    priority_class_arg,
     progress_seconds_arg,
     worker_identity_arg,
     worker_identity_label_arg,
 )
-from kubegan_operator.foundation.topology import build_inventory
+from kubegan_operator.entry.artifacts_cli import add_artifact_commands
+from kubegan_operator.entry.network_flags import (
+    add_network_policy_flags,
+    network_policy_settings,
+)
+from kubegan_operator.entry.plan_compare import (
+    add_plan_flags,
+    check_plan_flags,
+    plan_pools,
+    print_comparison,
+)
+from kubegan_operator.entry.prices_cmd import (
+    EXIT_SOURCE_FAILED,
+    add_prices_parser,
+    prices_from,
+    prices_from_arg,
+)
+from kubegan_operator.foundation.topology import Inventory, build_inventory
+from kubegan_operator.manifests.network_policy import OPERATOR_NAMESPACE
 from kubegan_operator.manifests.pod_groups import held_natively
 from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.placement.localplan import local_plan
@@ -60,7 +83,9 @@ _ManifestDumper.add_representer(
 )
 
 
-def _prices(path: str | None) -> PriceTable:
+def _prices(path: str | None, opencost: str | None = None) -> PriceTable:
+    if opencost is not None:  # OpenCost's machine prices over the --prices rows
+        return prices_from(opencost, path)
     if path is None:
         return DEFAULT_PRICES
     return load_prices(path)  # type: ignore[no-any-return]
@@ -68,15 +93,25 @@ def _prices(path: str | None) -> PriceTable:
 
 def _plan_for(args: argparse.Namespace, job_path: str) -> tuple[Plan, object]:
     job = load_job(job_path)
-    prices = _prices(getattr(args, "prices", None))
+    prices = _prices(getattr(args, "prices", None), getattr(args, "prices_from", None))
     if args.nodes is None:
         return static_plan(job.spec, prices), job
+    return plan(job.spec, _inventory(args), prices, plan_pools(args)), job
+
+
+def _inventory(args: argparse.Namespace) -> Inventory:
     nodes = load_objects(args.nodes, "Node")
     pods = load_objects(args.pods, "Pod") if args.pods else []
     inventory = build_inventory(nodes, pods)
     if inventory.problems:
         raise InputError(inventory.problems)
-    return plan(job.spec, inventory, prices), job
+    return inventory
+
+
+def _warn_unpriced(command: str, placed: Plan) -> None:
+    """One line on stderr when the price table cannot price all that the plan uses."""
+    if placed.unpriced:
+        print(f"kubegan {command}: warning: {unpriced_message(placed.unpriced)}", file=sys.stderr)
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -100,28 +135,43 @@ def _check_entrypoint(job: GANTrainingJob) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    _check_entrypoint(load_job(args.job))
+    from kubegan_operator.placement.worker_share import best_effort_warning
+
+    job = load_job(args.job)
+    _check_entrypoint(job)
     print("valid")
+    warning = best_effort_warning(job.spec.resources.cpu, job.spec.resources.memory)
+    if warning:
+        print(f"kubegan validate: warning: {warning}", file=sys.stderr)
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    check_plan_flags(args)
+    if args.compare:
+        job = load_job(args.job)
+        prices = _prices(args.prices, args.prices_from)
+        return 0 if print_comparison(args, job, _inventory(args), prices) else EXIT_INFEASIBLE
     result, _ = _plan_for(args, args.job)
     # allow_nan=False: the output is always JSON (prices and counts are bounded on input).
     print(json.dumps(result.to_json(), indent=2, allow_nan=False))
+    _warn_unpriced("plan", result)
     return 0 if result.feasible else EXIT_INFEASIBLE
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from kubegan_operator.manifests.pods import render_all
 
+    # The namespace docs/install.md installs the operator into stands in for its own.
+    policy = network_policy_settings(args, "render", OPERATOR_NAMESPACE)
     result, job = _plan_for(args, args.job)
     if not result.feasible:
         print(f"kubegan render: {result.reason}", file=sys.stderr)
         return EXIT_INFEASIBLE if args.nodes else EXIT_BAD_INPUT
-    manifests = render_all(job, result)  # type: ignore[arg-type]
+    manifests = render_all(job, result, network_policy=policy)  # type: ignore[arg-type]
     if args.gang == GangMode.native and result.workers > 1:  # a gang of one needs no holding
-        shared, pods = manifests[:2], manifests[2:]
+        shared = [m for m in manifests if m["kind"] != "Pod"]
+        pods = [m for m in manifests if m["kind"] == "Pod"]
         manifests = [*shared, *held_natively(job, pods, result.workers)]  # type: ignore[arg-type]
     sys.stdout.write(yaml.dump_all(manifests, Dumper=_ManifestDumper, sort_keys=False, width=100))
     return 0
@@ -157,6 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError([f"kubegan run: {placed.reason}"])
     if note:
         print(f"kubegan run: {note}", file=sys.stderr)
+    _warn_unpriced("run", placed)
     output = Path(args.output) if args.output else Path("runs") / job.metadata.name
     if output.exists() and not output.is_dir():
         raise InputError([f"{output}: exists and is not a directory (--output)"])
@@ -180,6 +231,28 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
+def _plan_flags(p: argparse.ArgumentParser) -> None:
+    add_plan_flags(p)
+    p.add_argument(
+        "--prices-from",
+        metavar="prometheus://HOST:PORT[/path]",
+        type=prices_from_arg,
+        help="machine-type prices from OpenCost's node_total_hourly_cost in this "
+        "Prometheus, over the --prices table's rows",
+    )
+
+
+def _render_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--gang",
+        choices=[m.value for m in GangMode],
+        default=GangMode.gates.value,
+        help="render the gang as the operator's --gang holds it: gated workers "
+        "(gates) or a PodGroup and its members (native)",
+    )
+    add_network_policy_flags(p, "render")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kubegan",
@@ -195,15 +268,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "validate",
         help="check a job file",
-        description="Exit 0 printing 'valid', or exit 2 with one line per problem as "
-        "'<dotted.path>: <reason>'.",
+        description="Exit 0 printing 'valid' (and a warning line on stderr for a job whose "
+        "workers would be BestEffort without the operator's default requests), or exit 2 "
+        "with one line per problem as '<dotted.path>: <reason>'.",
     )
     p.add_argument("job", metavar="JOB.yaml", type=path_arg)
     p.set_defaults(func=cmd_validate)
 
     for name, func, helptext in (
         ("plan", cmd_plan, "print the placement as JSON; exit 3 when infeasible"),
-        ("render", cmd_render, "print the Service/ConfigMap/Pods the operator would create"),
+        (
+            "render",
+            cmd_render,
+            "print the Service/ConfigMap/NetworkPolicy/Pods the operator would create",
+        ),
     ):
         p = sub.add_parser(name, help=helptext, description=helptext)
         p.add_argument("job", metavar="JOB.yaml", type=path_arg)
@@ -224,17 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--prices",
             metavar="PRICES.yaml",
             type=path_arg,
-            help="price table {source, asOf, accelerators: {NAME: {onDemand, spot}}, "
-            "cpu: {onDemand, spot}, memory: {onDemand, spot}} (USD per unit-hour)",
+            help="price table {cloud, region, source, asOf, machineTypes: {TYPE: {onDemand, "
+            "spot}}, accelerators: {NAME: ...}, cpu: ..., memory: ...} (USD per hour; default: "
+            "the shipped gcp-us-central1 catalogue; others in charts/kubegan/files/prices/)",
         )
-        if name == "render":
-            p.add_argument(
-                "--gang",
-                choices=[m.value for m in GangMode],
-                default=GangMode.gates.value,
-                help="render the gang as the operator's --gang holds it: gated workers "
-                "(gates) or a PodGroup and its members (native)",
-            )
+        {"plan": _plan_flags, "render": _render_flags}[name](p)
         p.set_defaults(func=func)
 
     p = sub.add_parser(
@@ -261,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_run)
 
+    add_artifact_commands(sub)  # samples, metrics, export
+
+    add_prices_parser(sub)
+
     p = sub.add_parser(
         "operator",
         help="run the operator in the foreground against the current kubeconfig",
@@ -274,6 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8000, help="operator metrics port")
     p.add_argument("--health-port", type=int, default=8080, help="liveness endpoint port")
     p.add_argument("--prices", metavar="PRICES.yaml", type=path_arg, help="price table file")
+    p.add_argument(
+        "--prices-from",
+        metavar="prometheus://HOST:PORT[/path]",
+        type=prices_from_arg,
+        help="machine-type prices from OpenCost's series in this Prometheus over the --prices "
+        "rows, read at start and every 10 minutes (a failed read keeps the last table)",
+    )
     p.add_argument(
         "--node-pools",
         metavar="POOLS.yaml",
@@ -319,6 +402,15 @@ def build_parser() -> argparse.ArgumentParser:
         "azure.workload.identity/use=true; repeatable)",
     )
     p.add_argument(
+        "--allow-priority-class",
+        action="append",
+        type=priority_class_arg,
+        metavar="NAME",
+        help="let spec.podTemplate name this system-* PriorityClass (system-node-critical, "
+        "system-cluster-critical: refused otherwise, as they outrank the node's own pods; "
+        "repeatable; the chart's workers.allowedPriorityClasses)",
+    )
+    p.add_argument(
         "--no-trainer-progress",
         dest="trainer_progress",
         action="store_false",
@@ -347,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="kubegan-operator",
         help="the Lease's name",
     )
+    add_network_policy_flags(p, "operator")
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=cmd_operator)
     return parser
@@ -382,8 +475,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except InputError as err:
         for line in err.problems:
-            print(line, file=sys.stderr)
+            print(redact_urls(line), file=sys.stderr)
         return EXIT_BAD_INPUT
+    except PriceSourceError as err:  # nothing was written; the source may answer later
+        print(f"kubegan {args.command}: {err}", file=sys.stderr)
+        return EXIT_SOURCE_FAILED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `kubegan crd | head`: the reader has what it wanted

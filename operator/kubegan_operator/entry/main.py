@@ -4,23 +4,35 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 import kopf
+from kubegan_api.contract import ENV_ALLOWED_PRIORITY_CLASSES
 from kubegan_trainer.launch.ports import is_bindable
+from kubegan_trainer.worker.logs import RedactingFormatter
 from kubernetes import client
 from prometheus_client import start_http_server
 
-import kubegan_operator.runtime.kopf_handlers  # noqa: F401  (importing registers kopf's handlers)
+import kubegan_operator.runtime.kopf_handlers as handlers  # importing registers kopf's handlers
 from kubegan_operator.api.input_files import InputError
 from kubegan_operator.api.loading import load_node_pools, load_prices
-from kubegan_operator.api.pricing import DEFAULT_PRICES
+from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.decide.snapshot import WorkerIdentity
+from kubegan_operator.entry.network_flags import network_policy_settings
+from kubegan_operator.entry.prices_cmd import base_mapping, opencost_table
 from kubegan_operator.foundation.lease import LeaseConfig
+from kubegan_operator.manifests.network_policy import NetworkPolicySettings
 from kubegan_operator.placement.gang import POD_GROUP_API, POD_GROUP_PLURAL, GangMode
 from kubegan_operator.runtime import controller, heap, metrics
 from kubegan_operator.runtime.kube import Kube, KubeconfigError
-from kubegan_operator.runtime.leader import LeaseElector, default_identity, default_namespace
+from kubegan_operator.runtime.leader import (
+    SERVICE_ACCOUNT_NAMESPACE,
+    LeaseElector,
+    default_identity,
+    default_namespace,
+)
 from kubegan_operator.runtime.pool_source import PoolSource
+from kubegan_operator.runtime.price_refresh import PriceRefresher
 
 log = logging.getLogger("kubegan.operator")
 
@@ -82,6 +94,14 @@ def worker_identities(
     return {ns: WorkerIdentity(sa, extra.get(ns, {})) for ns, sa in named.items()}
 
 
+def allow_priority_classes(names: list[str]) -> None:
+    """--allow-priority-class: the system-* classes workers may run with. Kept where every
+    validation of a job reads it (kubegan_api.reserved.allowed_priority_classes), as the
+    chart's workers.allowHostPath is."""
+    if names:
+        os.environ[ENV_ALLOWED_PRIORITY_CLASSES] = ",".join(dict.fromkeys(names))
+
+
 def require_native_gang(kube: Kube) -> None:
     """--gang native only where the apiserver serves PodGroups: elsewhere every gang would
     fail to be created, and an apiserver with the feature gate off would drop the workers'
@@ -101,11 +121,39 @@ def require_native_gang(kube: Kube) -> None:
         )
 
 
+def start_price_refresh(
+    ctl: controller.Controller, url: str, prices_path: str | None
+) -> PriceRefresher:
+    """--prices-from: OpenCost's machine-type prices over the --prices rows, read now and
+    every ten minutes; a failed read keeps the table the planner has (runtime/price_refresh)."""
+    base = base_mapping(prices_path)
+
+    def apply(table: PriceTable) -> None:
+        ctl.observer.prices = table  # one attribute store: the sync threads see old or new
+
+    refresher = PriceRefresher(lambda: opencost_table(url, base), apply)
+    refresher.refresh()
+    refresher.start()
+    return refresher
+
+
+def network_policy(args: argparse.Namespace) -> NetworkPolicySettings | None:
+    """What every job's NetworkPolicy admits (None: --no-network-policy), with the watch of
+    the jobs' policies registered when there are any. The operator's own namespace reads
+    worker 0's progress; it is known only in a pod (the chart names it besides)."""
+    own = default_namespace() if os.path.exists(SERVICE_ACCOUNT_NAMESPACE) else None
+    policy = network_policy_settings(args, "operator", own)
+    if policy is not None:
+        handlers.watch_network_policies()
+    return policy
+
+
 def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # No log line repeats a URL's credentials (a client's error may quote one), as the
+    # trainer's lines do not.
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     if not verbose:
         # kopf says "Handler succeeded" for every watch event: thousands a minute at scale.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
@@ -119,6 +167,7 @@ def run_operator(args: argparse.Namespace) -> int:
     declared = load_node_pools(args.node_pools) if args.node_pools else []
     queues = default_queues(args.default_queue or [])
     identities = worker_identities(args.worker_identity or [], args.worker_identity_label or [])
+    allow_priority_classes(args.allow_priority_class or [])
     require_free_ports(args)
     heap.tune()
     try:
@@ -138,7 +187,10 @@ def run_operator(args: argparse.Namespace) -> int:
         gang=GangMode(args.gang),
         default_queues=queues,
         identities=identities,
+        network_policy=network_policy(args),
     )
+    if args.prices_from:
+        start_price_refresh(ctl, args.prices_from, args.prices)
     memo = kopf.Memo(controller=ctl)
     if args.leader_elect:
         memo.elector = LeaseElector(

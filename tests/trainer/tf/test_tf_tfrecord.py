@@ -68,8 +68,9 @@ def test_a_fifo_among_the_shards_is_refused_by_name(tmp_path: Path) -> None:
         "FIFO",
     ],
 )
-def test_a_malformed_shard_index_means_counting_the_shards(tmp_path: Path, index: str) -> None:
-    """Before the fix, an index of the wrong shape raised AttributeError/ValueError."""
+def test_a_malformed_shard_index_is_refused_naming_it(tmp_path: Path, index: str) -> None:
+    """A writer never leaves such an index (before, one of the wrong shape raised
+    AttributeError/ValueError, then was silently skipped): one line naming it."""
     shards = write_shower_shards(synthetic_showers(6, seed=3), tmp_path, num_shards=2)
     path = tmp_path / SHARD_INDEX
     path.unlink()
@@ -77,7 +78,18 @@ def test_a_malformed_shard_index_means_counting_the_shards(tmp_path: Path, index
         os.mkfifo(path)
     else:
         path.write_text(index.replace("NAME", shards[0].name))
-    assert shard_index_counts(path) == {}
+    for read in (lambda: shard_index_counts(path), lambda: TfRecordSource(tmp_path, 1, 1)):
+        with pytest.raises(TrainerError) as err:
+            read()
+        line = str(err.value)
+        assert line.startswith("spec.data.path: ") and SHARD_INDEX in line, line
+        assert "\n" not in line
+
+
+def test_no_shard_index_means_counting_the_shards(tmp_path: Path) -> None:
+    write_shower_shards(synthetic_showers(6, seed=3), tmp_path, num_shards=2)
+    (tmp_path / SHARD_INDEX).unlink()
+    assert shard_index_counts(tmp_path / SHARD_INDEX) == {}
     assert TfRecordSource(tmp_path, seed=1, num_workers=1).num_samples == 6
 
 

@@ -9,6 +9,7 @@ refused by name instead of blocking the worker in open().
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from kubegan_trainer.base.bounded_read import (
     read_regular,
     require_regular,
 )
-from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.base.errors import TrainerError, error_text
+from kubegan_trainer.base.walk import walk_entries
 from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.data.imageops import pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
@@ -80,7 +82,8 @@ def load_showers(
         try:
             h5 = h5py.File(f, "r")
         except OSError as err:
-            raise TrainerError(f"spec.data.path: {f} is not a readable HDF5 file ({err})") from None
+            why = error_text(err)
+            raise TrainerError(f"spec.data.path: {f} is not a readable HDF5 file ({why})") from None
         with h5:
             keys = sorted(h5.keys())
             missing = [k for k in (ECAL_KEY, angle_key) if k not in h5]
@@ -116,7 +119,9 @@ def load_showers(
 
 
 def _image_files(root: Path, field: str = DATA_FIELD) -> list[Path]:
-    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    # A file deleted while the folder is walked (a shared volume) is not one of them.
+    found = (p for p in walk_entries(root) if p.suffix.lower() in IMAGE_SUFFIXES)
+    files = sorted(p for p in found if os.path.lexists(p))
     if not files:
         raise TrainerError(f"{field}: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {root}")
     for f in files:  # all of them before the first decode: a refusal costs no time
@@ -155,7 +160,8 @@ def decode_image(raw: bytes, name: str | Path, field: str = DATA_FIELD) -> Image
         im.load()
         return im
     except _IMAGE_ERRORS as err:
-        raise TrainerError(f"{field}: {name} is not a readable image ({err})") from None
+        why = error_text(err, str(name))
+        raise TrainerError(f"{field}: {name} is not a readable image ({why})") from None
 
 
 def image_channels(im: Image.Image) -> int:

@@ -47,7 +47,7 @@ from kubegan_trainer.base.bounded_read import (
     read_regular,
     require_regular,
 )
-from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.base.errors import TrainerError, error_text
 from kubegan_trainer.data.arrays import Dataset
 from kubegan_trainer.data.files import (
     DEFAULT_ANGLE_KEY,
@@ -73,6 +73,7 @@ from kubegan_trainer.storage import objstore
 
 log = logging.getLogger("kubegan_trainer")
 DATA_URI_FIELD = "spec.data.uri"
+DATA_ENDPOINT_FIELD = "spec.data.endpoint"
 DATA_PATH_FIELD = "spec.data.path"
 SHOWER_SUFFIXES = (*HDF5_SUFFIXES, *TFRECORD_SUFFIXES)
 READ_AHEAD = 2
@@ -145,7 +146,7 @@ class ShardSource:
         if "://" in where:
             self.field = DATA_URI_FIELD
             uri = objstore.parse_uri(where, DATA_URI_FIELD)
-            self._store = objstore.open_store(uri, endpoint or None)
+            self._store = objstore.open_store(uri, endpoint or None, DATA_ENDPOINT_FIELD)
 
     def names(self) -> list[str]:
         if self._store is None:
@@ -227,9 +228,13 @@ class ShardSource:
         if SHARD_INDEX not in self._listed:
             return {}
         try:
-            return index_counts(self.read(SHARD_INDEX, MANIFEST_MAX_BYTES))
-        except TrainerError:  # too big or not a regular file: counted from the shards
-            return {}
+            raw = self.read(SHARD_INDEX, MANIFEST_MAX_BYTES)
+        except TrainerError as err:  # too big or not a regular file: named, not ignored
+            text = str(err)
+            raise TrainerError(
+                text if text.startswith(self.field) else f"{self.field}: {text}"
+            ) from None
+        return index_counts(raw, self.field)
 
     def count_records(self, name: str) -> int:
         """Records in TFRecord shard `name`: its headers walked (a bucket's object read once)."""
@@ -256,7 +261,7 @@ class ShardSource:
 
 
 def _first(err: BaseException) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return error_text(err)  # never an object's repr (the bytes are in memory)
 
 
 def _require_keys(h5: Any, name: str, angle_key: str, field: str) -> str:

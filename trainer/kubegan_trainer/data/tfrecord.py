@@ -232,20 +232,25 @@ def parse_showers(
     }
 
 
-def index_counts(raw: bytes | None) -> dict[str, int]:
-    """Records per shard from an index's bytes; {} when there is none or it is not the shape
-    the writer leaves (the shards are then counted from their headers)."""
-    if raw is None:
-        return {}
+def index_counts(raw: bytes, field: str) -> dict[str, int]:
+    """Records per shard from an index's bytes. An index that is there but not one (not JSON,
+    or not `{"files": {name: count}}` with non-negative integer counts) is refused naming it:
+    a writer never leaves such a file, so it is damage, which would otherwise go unseen and
+    cost a count of every shard."""
     try:
         parsed = json.loads(raw)
     except (ValueError, RecursionError):
-        return {}
+        raise _not_an_index(field, "not JSON") from None
     files = parsed.get("files") if isinstance(parsed, dict) else None
     if not isinstance(files, dict):
-        return {}
-    return {
-        name: count
-        for name, count in files.items()
-        if type(count) is int and count >= 0  # not bool, not float
-    }
+        raise _not_an_index(field, 'no "files" object')
+    bad = next((n for n, c in files.items() if type(c) is not int or c < 0), None)  # not bool
+    if bad is not None:
+        raise _not_an_index(field, f"the count of {bad[:80]!r} is not a non-negative integer")
+    return dict(files)
+
+
+def _not_an_index(field: str, why: str) -> TrainerError:
+    return TrainerError(
+        f"{field}: {SHARD_INDEX} is not a shard index ({why}); delete it to count the shards"
+    )

@@ -26,12 +26,14 @@ from typing import TextIO
 from kubegan_api.contract import (
     CHECKPOINT_SUBDIR,
     CONFIG_FILE,
+    ENV_LOG_FILE,
     ENV_METRICS_ADDR,
     ENV_METRICS_PORT,
     EXIT_STOPPED,
     LOCAL_ADDR,
 )
 from kubegan_api.sections import TrainerConfig
+from kubegan_api.urls import redact_urls
 from kubegan_api.worker_env import WorkerTopology, build_worker_env
 
 from kubegan_trainer.launch.ports import reserve_port, reserve_ports
@@ -102,7 +104,7 @@ class _Console:
     def line(self, text: str) -> None:
         if self.bar:
             self.out.write("\r\033[K")
-        self.out.write(text + "\n")
+        self.out.write(redact_urls(text) + "\n")  # no line repeats a URL's credentials
         if self.bar:
             self.out.write(self.bar)
         self.out.flush()
@@ -202,6 +204,8 @@ def _run_locked(
         config_path=output_dir / CONFIG_FILE,
     )
     log_paths = [output_dir / "logs" / f"worker-{i}.log" for i in range(workers)]
+    for env, path in zip(envs, log_paths, strict=True):
+        env[ENV_LOG_FILE] = str(path)  # the trainer's log: rank 0 stores it with the artifacts
     tails = [_LogTail(p) for p in log_paths]
     console.line(
         f"{config.job_name}: {workers} worker(s) x {max(1, gpus_per_worker)} process(es) "
@@ -296,6 +300,7 @@ def _finish(
         console.line(
             f"\nsamples: {output_dir / 'samples'}  checkpoints: {output_dir / CHECKPOINT_SUBDIR}"
         )
+        console.line(f"tensorboard --logdir {output_dir / 'tensorboard'}")
     elif stop_requests:
         console.line(f"stopped; run again with the same output directory ({output_dir}) to resume")
         code = EXIT_STOPPED

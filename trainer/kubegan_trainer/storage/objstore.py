@@ -9,16 +9,22 @@
 - An S3-compatible store's endpoint: `ENV_CHECKPOINT_ENDPOINT`, else `AWS_ENDPOINT_URL` (read
   by the client itself, as the AWS tools do); plain http is allowed only for such an explicit
   endpoint (a local test server), never for the clouds' own.
+- URIs and endpoints are judged by the API's rules (kubegan_api.urls), the ones `kubegan
+  validate` applies: no credentials in them, no empty, '.' or '..' prefix part, a host and a
+  port from 1 to 65535; every message passes URLs through `redact_urls`.
 - Errors: the client's own retries are off, so every retry is ours, bounded and logged
-  (`call`): transient ones (5xx, throttling, a connection refused or reset) are retried
-  with exponential backoff up to RETRY_SECONDS; permanent ones (no such bucket, no
-  permission, bad credentials, a full store) and transient ones that outlast the retries
-  raise StoreError, a TrainerError of one line.
+  (`call`): transient ones (5xx, throttling, a connection refused or reset, a store that
+  accepts a connection and never answers: each read waits at most READ_TIMEOUT_SECONDS)
+  are retried with exponential backoff up to RETRY_SECONDS (`ENV_STORE_TIMEOUT_SECONDS`
+  overrides it); permanent ones (no such bucket, no permission, bad credentials, a full
+  store) and transient ones that outlast the retries raise StoreError, a TrainerError of
+  one line.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import time
@@ -27,20 +33,32 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from kubegan_api.contract import ENV_AWS_ENDPOINT_URL, ENV_CHECKPOINT_ENDPOINT
+from kubegan_api.contract import (
+    ENV_AWS_ENDPOINT_URL,
+    ENV_CHECKPOINT_ENDPOINT,
+    ENV_STORE_TIMEOUT_SECONDS,
+)
+from kubegan_api.urls import (
+    BUCKET_SCHEMES,
+    bucket_uri_problems,
+    endpoint_problems,
+    redact_urls,
+    split_bucket_uri,
+)
 
 from kubegan_trainer.base.errors import TrainerError
 
 log = logging.getLogger(__name__)
 
-SCHEMES = ("s3", "gs", "az")
-# Bucket names as the three clouds allow them (S3/GCS: 3-63 of [a-z0-9.-_]; Azure containers
-# are a subset); checked here so a typo is one line before any request.
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]$")
+SCHEMES = BUCKET_SCHEMES
 RETRY_SECONDS = 60.0  # the longest a transient error is retried before it counts as permanent
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 8.0
 CONNECT_TIMEOUT = "5s"
+# Each read of an answer (its headers too) waits at most this long, or a third of the retry
+# budget when that is shorter, so a store that accepts and never answers is retried, and
+# given up on, within the budget; a whole transfer may take REQUEST_TIMEOUT.
+READ_TIMEOUT_SECONDS = 20.0
 REQUEST_TIMEOUT = "300s"
 # Values that must never appear in a message (credentials a Secret may have provided).
 _SECRET_VARS = (
@@ -73,36 +91,65 @@ class BucketUri:
 
 
 def parse_uri(uri: str, what: str) -> BucketUri:
-    """`uri` as a BucketUri; StoreError naming `what` (the setting) when it is not one."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep or scheme not in SCHEMES:
-        raise StoreError(f"{what}: {uri[:200]!r} is not a bucket URI (s3://, gs:// or az://)")
-    bucket, _, prefix = rest.partition("/")
-    if not _BUCKET.match(bucket):
-        raise StoreError(f"{what}: {bucket[:80]!r} is not a bucket or container name")
-    prefix = prefix.strip("/")
-    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise StoreError(f"{what}: the prefix {prefix[:120]!r} has an empty, . or .. part")
-    return BucketUri(scheme, bucket, prefix)
+    """`uri` as a BucketUri; StoreError naming `what` (the setting) when it is not one, in the
+    words `kubegan validate` uses (never repeating the value: it may hold a credential)."""
+    problems = bucket_uri_problems(uri) if uri else ["is empty"]
+    if problems:
+        raise StoreError(f"{what}: {problems[0]}")
+    return BucketUri(*split_bucket_uri(uri))
 
 
-def endpoint_override(environ: Mapping[str, str] | None = None) -> str | None:
-    """The S3-compatible endpoint asked for, if any (ours first, then the AWS tools')."""
+def endpoint_setting(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """(the S3-compatible endpoint the environment asks for, ours first, then the AWS tools',
+    or None; the variable that names it)."""
     e = os.environ if environ is None else environ
-    return e.get(ENV_CHECKPOINT_ENDPOINT) or e.get(ENV_AWS_ENDPOINT_URL) or None
+    name = next((n for n in (ENV_CHECKPOINT_ENDPOINT, ENV_AWS_ENDPOINT_URL) if e.get(n)), None)
+    return (e[name], name) if name else (None, ENV_CHECKPOINT_ENDPOINT)
 
 
-def open_store(uri: BucketUri, endpoint: str | None = None) -> Any:
-    """An obstore store rooted at `uri` (its prefix), credentials from the environment."""
+def check_endpoint(endpoint: str, field: str) -> str:
+    """`endpoint` when the API's rules take it; StoreError naming `field` otherwise."""
+    problems = endpoint_problems(endpoint)
+    if problems:
+        raise StoreError(f"{field}: {problems[0]}")
+    return endpoint
+
+
+def retry_seconds(environ: Mapping[str, str] | None = None) -> float:
+    """How long a store operation is tried: ENV_STORE_TIMEOUT_SECONDS, else RETRY_SECONDS."""
+    text = (os.environ if environ is None else environ).get(ENV_STORE_TIMEOUT_SECONDS, "")
+    if not text:
+        return RETRY_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1 <= value <= 3600:  # NaN fails too
+        raise StoreError(f"{ENV_STORE_TIMEOUT_SECONDS}: {text[:40]!r} is not 1 to 3600 seconds")
+    return value
+
+
+def open_store(
+    uri: BucketUri, endpoint: str | None = None, endpoint_field: str = "endpoint"
+) -> Any:
+    """An obstore store rooted at `uri` (its prefix), credentials from the environment;
+    `endpoint_field` names the setting that gave `endpoint`, for its refusal."""
     from obstore.store import AzureStore, GCSStore, S3Store
 
-    client: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT, "timeout": REQUEST_TIMEOUT}
+    read = min(READ_TIMEOUT_SECONDS, retry_seconds() / 3)
+    client: dict[str, Any] = {
+        "connect_timeout": CONNECT_TIMEOUT,
+        "read_timeout": timedelta(seconds=read),
+        "timeout": REQUEST_TIMEOUT,
+    }
     retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}  # ours are in `call`
     prefix = uri.prefix or None
     if uri.scheme == "s3":
-        endpoint = endpoint or endpoint_override()
+        if not endpoint:
+            endpoint, endpoint_field = endpoint_setting()
         extra: dict[str, Any] = {}
         if endpoint:
+            check_endpoint(endpoint, endpoint_field)
             extra["endpoint"] = endpoint
             client["allow_http"] = endpoint.startswith("http://")
         if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
@@ -142,6 +189,7 @@ _TRANSIENT = re.compile(
 def one_line(err: BaseException, limit: int = 240) -> str:
     """The first line of a client error, shortened, with any secret value blanked."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    text = redact_urls(text)
     for name in _SECRET_VARS:
         value = os.environ.get(name)
         if value and len(value) >= 4:
@@ -184,7 +232,7 @@ def call(
     from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 
     warn = warn or log.warning
-    budget = RETRY_SECONDS if budget is None else budget
+    budget = retry_seconds() if budget is None else budget
     deadline = time.monotonic() + budget
     delay, attempt = FIRST_BACKOFF, 1
     while True:

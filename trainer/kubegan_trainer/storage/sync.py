@@ -30,6 +30,7 @@ from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.storage import objstore, termination
 from kubegan_trainer.storage.bucket import BucketCheckpoints, CommitRefused, Remote
 from kubegan_trainer.storage.folder import CheckpointStore
+from kubegan_trainer.storage.retention import to_export
 from kubegan_trainer.storage.store import CheckpointRef, Position, Store, checkpoint_name
 
 log = logging.getLogger(__name__)
@@ -61,13 +62,16 @@ def open_checkpoint_store(
     `.endpoint`), which is how `kubegan run` of a job with a bucket gets there."""
     e = os.environ if environ is None else environ
     uri = e.get(ENV_CHECKPOINT_URI) or (spec.uri if spec else "")
+    keep_best = spec.keep_best if spec else 0
     if not uri:
-        return CheckpointStore(root, keep, warn=warn, writer=writer)
+        return CheckpointStore(root, keep, warn=warn, writer=writer, keep_best=keep_best)
     field = ENV_CHECKPOINT_URI if e.get(ENV_CHECKPOINT_URI) else "spec.checkpoint.uri"
     parsed = objstore.parse_uri(uri, field)
-    endpoint = objstore.endpoint_override(e) or (spec.endpoint if spec else "") or None
-    bucket = BucketCheckpoints(objstore.open_store(parsed, endpoint), parsed, warn=warn)
-    return BucketBackedStore(root, keep, bucket, warn=warn, writer=writer)
+    override, name = objstore.endpoint_setting(e)
+    endpoint = override or (spec.endpoint if spec else "") or None
+    store = objstore.open_store(parsed, endpoint, name if override else "spec.checkpoint.endpoint")
+    bucket = BucketCheckpoints(store, parsed, warn=warn)
+    return BucketBackedStore(root, keep, bucket, warn=warn, writer=writer, keep_best=keep_best)
 
 
 class BucketBackedStore(CheckpointStore):
@@ -78,8 +82,9 @@ class BucketBackedStore(CheckpointStore):
         bucket: BucketCheckpoints,
         warn: Callable[[str], None] | None = None,
         writer: bool = True,
+        keep_best: int = 0,
     ) -> None:
-        super().__init__(root, keep, warn=warn, writer=writer)
+        super().__init__(root, keep, warn=warn, writer=writer, keep_best=keep_best)
         self.bucket = bucket
         self._lock = threading.Condition()
         self._pending: list[CheckpointRef] = []  # committed locally, not yet in the bucket
@@ -128,6 +133,23 @@ class BucketBackedStore(CheckpointStore):
                     self.move_aside(CheckpointRef(local_copy, remote.position, 0.0), why)
         if remotes and self.writer and not any(r.committed for r in remotes):
             log.info("no whole checkpoint in %s", self.bucket.uri)
+
+    def best_checkpoint(self) -> CheckpointRef | None:
+        """The bucket's whole checkpoint to export (the best scored, else the newest),
+        downloaded when this folder has no copy of it."""
+        whole = self.bucket.whole()
+        name = to_export([(r.name, self.bucket.score(r)) for r in whole])
+        remote = next((r for r in whole if r.name == name), None)
+        if remote is None:
+            return None
+        local = CheckpointRef(self.root / remote.name, remote.position, 0.0)
+        if local.path.is_dir() and self.validate(local) is None:
+            return local
+        why = self.bucket.download(remote, self.root)
+        if why is not None:
+            self._warn(f"checkpoint {remote.name} not exported: {why}")
+            return None
+        return local
 
     # ---- writing ----------------------------------------------------------------------------
     def commit(self, staging: Path, pos: Position, extra: dict | None = None) -> CheckpointRef:
@@ -193,7 +215,7 @@ class BucketBackedStore(CheckpointStore):
         seconds = time.monotonic() - started
         log.info("committed %s to %s in %.2f s", ref.name, self.bucket.uri, seconds)
         if ours and self.writer:
-            self.bucket.prune(self.keep)
+            self.bucket.prune(self.keep, self.keep_best)
 
     def finish(self, timeout: float | None) -> Outcome:
         """Wait until every local checkpoint is committed, at most `timeout` seconds (None:

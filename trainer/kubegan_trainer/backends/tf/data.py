@@ -24,6 +24,7 @@ Prefetching keeps the accelerators fed (the 3DGAN runs at 128 GPUs stalled witho
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from kubegan_trainer.base.bounded_read import MANIFEST_MAX_BYTES, read_regular, 
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.data.arrays import DataShape
-from kubegan_trainer.data.stream import ShardPlan
+from kubegan_trainer.data.stream import DATA_PATH_FIELD, ShardPlan
 from kubegan_trainer.data.tfrecord import SHARD_INDEX, TFRECORD_SUFFIXES, index_counts
 
 SHOWER_SHAPE = (51, 51, 25, 1)
@@ -155,12 +156,18 @@ class ArraySource(InputSource):
 
 
 def shard_index_counts(index: Path) -> dict[str, int]:
-    """Records per shard from the shards' index file; {} when there is none or it is not
-    the shape a shard writer gives it (the shards are then counted by reading them)."""
-    try:
-        return index_counts(read_regular(index, MANIFEST_MAX_BYTES))
-    except (OSError, TrainerError):
+    """Records per shard from the shards' index file; {} when there is none (the shards are
+    then counted by reading them). One that is there but is no index is refused naming it."""
+    if not os.path.lexists(index):
         return {}
+    require_regular(index, DATA_PATH_FIELD)
+    try:
+        raw = read_regular(index, MANIFEST_MAX_BYTES)
+    except OSError as err:
+        raise TrainerError(f"{DATA_PATH_FIELD}: {index} cannot be read ({err.strerror})") from None
+    except TrainerError as err:
+        raise TrainerError(f"{DATA_PATH_FIELD}: {err}") from None
+    return index_counts(raw, DATA_PATH_FIELD)
 
 
 def tfrecord_files(path: Path) -> list[Path]:
