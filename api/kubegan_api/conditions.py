@@ -16,8 +16,14 @@ class ConditionType(StrEnum):
     unschedulable = "Unschedulable"
     created = "Created"
     checkpoints_persistent = "CheckpointsPersistent"
+    # Whether samples, metrics.jsonl, TensorBoard events and logs outlive the pods.
+    artifacts_persistent = "ArtifactsPersistent"
     # False while a worker's container cannot start (image pull, missing Secret, ...).
     containers_ready = "ContainersReady"
+    # True while the job is suspended because its cost reached spec.cost.budgetDollars.
+    budget_exceeded = "BudgetExceeded"
+    # False while the price table has no price for a machine type or accelerator the job uses.
+    cost_known = "CostKnown"
 
 
 class Reason(StrEnum):
@@ -29,6 +35,7 @@ class Reason(StrEnum):
     no_claim = "NoClaim"
     claim_mounted = "ClaimMounted"
     bucket_configured = "BucketConfigured"
+    ephemeral_storage = "EphemeralStorage"
     no_fit = "NoFit"
     waiting_for_capacity = "WaitingForCapacity"
     scale_up_requested = "ScaleUpRequested"
@@ -52,6 +59,10 @@ class Reason(StrEnum):
     invalid_spec = "InvalidSpec"
     queued_by_kueue = "QueuedByKueue"
     checkpoint_not_committed = "CheckpointNotCommitted"
+    budget_exceeded = "BudgetExceeded"
+    within_budget = "WithinBudget"
+    no_price = "NoPrice"
+    priced = "Priced"
     trainer_config_error = "TrainerConfigError"
     containers_started = "ContainersStarted"
     # The kubelet's own reasons, passed through when a container cannot start.

@@ -22,6 +22,8 @@ MAX_WORKERS = 1000
 MAX_TPU_CHIPS = 4 * MAX_WORKERS  # multi-host slices have 4 chips per host
 # USD per accelerator-hour; bounded so that a plan's cost is always a finite JSON number.
 MAX_HOURLY_PRICE = 1_000_000.0
+# USD; bounded so that a budget is a finite JSON number (and far above any real job).
+MAX_BUDGET_DOLLARS = 1_000_000_000.0
 
 
 class SpotPolicy(StrEnum):
@@ -157,4 +159,10 @@ class CostSpec(ApiModel):
         default=None,
         description="USD per accelerator-hour; overrides the price table's accelerator prices "
         "(requested vCPUs and memory are still priced from the table).",
+    )
+    budget_dollars: Annotated[float, Field(gt=0, le=MAX_BUDGET_DOLLARS)] | None = Field(
+        default=None,
+        description="USD: once the job's cost reaches it the operator stops the workers (they "
+        "checkpoint first) and suspends the job with condition BudgetExceeded; raising or "
+        "removing it resumes the job from its checkpoint.",
     )

@@ -68,9 +68,25 @@ class CheckpointStatus(ApiModel):
     lost_reason: str | None = None
 
 
+class ArtifactsStatus(ApiModel):
+    uri: str = Field(
+        default="",
+        description="Where samples/, metrics.jsonl, tensorboard/, logs/ and export/ are: the "
+        "checkpoint bucket's prefix, or pvc://<claim>/<job> on the checkpoint claim.",
+    )
+    latest_samples: str = Field(
+        default="", description="The newest sample grid written there (its full URI)."
+    )
+
+
 class CostStatus(ApiModel):
     dollars: float = 0.0
     rate_per_hour: float = 0.0
+    lost_dollars: float = Field(
+        default=0.0,
+        description="The cost of work trained again after preemptions and restarts: for each "
+        "ended gang, its training time after its latest checkpoint at its rate.",
+    )
 
 
 class GANTrainingJobStatus(ApiModel):
@@ -85,6 +101,7 @@ class GANTrainingJobStatus(ApiModel):
     restarts: int = 0
     preemptions: int = 0
     cost: CostStatus | None = None
+    artifacts: ArtifactsStatus | None = None
     start_time: str | None = None
     completion_time: str | None = None
     attempt: int = Field(default=0, description="Gang generation: bumped on every restart.")
@@ -95,6 +112,7 @@ class GANTrainingJobStatus(ApiModel):
     released_attempt: int | None = None  # the attempt whose scheduling gates were lifted
     released_at: str | None = None
     cost_accrued_at: str | None = None
+    running_since: str | None = None  # when the current gang's workers all ran (lostDollars)
     # Gangs released after waiting spec.scheduling.capacityTimeoutSeconds for an autoscaler
     # in a row, and when the next may be created (the backoff).
     capacity_releases: int | None = None

@@ -35,6 +35,21 @@ def accrue(st: GANTrainingJobStatus, now: datetime, *, running: bool) -> None:
     st.cost_accrued_at = now_iso(now) if running else None
 
 
+def spent_now(st: GANTrainingJobStatus, now: datetime) -> float:
+    """What the job has cost until `now`: the status's dollars and the interval still open,
+    as the next accrual will write them."""
+    cost = st.cost or CostStatus()
+    opened = parse_time(st.cost_accrued_at)
+    if opened is None:
+        return cost.dollars
+    return accrued(cost.dollars, cost.rate_per_hour, (now - opened).total_seconds())
+
+
+def usd(dollars: float) -> str:
+    """Dollars for people: cents, and a small amount not shown as $0.00."""
+    return f"${dollars:,.2f}" if dollars >= 0.01 or dollars == 0 else f"${dollars:.3g}"
+
+
 def hourly(rate: float) -> str:
     """A rate for people: cents for GPU jobs, and a CPU-only job's $0.0118/h not shown as
     $0.01/h (or a tiny one as $0.00/h)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from kubegan_api.conditions import ConditionType, Reason
 from kubegan_api.status import Phase
 
+from kubegan_operator.decide.budget import recheck_budget
 from kubegan_operator.decide.context import (
     Context,
     current_condition,
@@ -87,9 +88,11 @@ def gang_running(c: Context) -> bool:
     )
     c.condition(ConditionType.unschedulable, False, Reason.scheduled, "all workers bound")
     _containers_started(c)
-    # Cost accrues with time alone: come back when the next accrual is due.
+    # Cost accrues with time alone: come back when the next accrual is due, or sooner when
+    # the spend will reach the job's budget.
     accrued = parse_time(st.cost_accrued_at) or c.now
     c.requeue(COST_ACCRUAL_SECONDS - (c.now - accrued).total_seconds())
+    recheck_budget(c)
     return True
 
 

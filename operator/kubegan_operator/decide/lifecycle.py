@@ -41,18 +41,26 @@ def finished(c: Context) -> bool:
 
 def suspended(c: Context) -> bool:
     if c.policy.suspend:
-        c.delete(c.pods, "live")
         if c.st.phase != Phase.suspended:
             c.event("Normal", Reason.suspended, "runPolicy.suspend is true; workers deleted")
-            # The deleted gang's exits (SIGTERM, 143) belong to a finished attempt.
-            if c.pods:
-                c.st.attempt += 1
-        transition(c.st, Phase.suspended, c.now)
+        stop_gang(c, Reason.suspended, "runPolicy.suspend is true")
         return True
     if c.st.phase == Phase.suspended:
         transition(c.st, Phase.pending, c.now)  # says Resumed
         c.event("Normal", Reason.resumed, "runPolicy.suspend is false; starting workers")
     return False
+
+
+def stop_gang(c: Context, reason: Reason, message: str) -> None:
+    """Suspend the job: delete its live workers (the kubelet sends each SIGTERM, and the
+    trainer checkpoints within its grace period; the checkpoint claim or bucket is the job's
+    and stays) and stop its cost. Said again on every sync while it lasts: a worker created
+    meanwhile goes too."""
+    c.delete(c.pods, "live")
+    if c.st.phase != Phase.suspended and c.pods:
+        # The deleted gang's exits (SIGTERM, 143) belong to a finished attempt.
+        c.st.attempt += 1
+    transition(c.st, Phase.suspended, c.now, reason, message)
 
 
 def deadline(c: Context) -> bool:

@@ -6,13 +6,13 @@ names (a second create is a harmless conflict), each gang generation carries an 
 label, and counters are written to status *before* the old gang is deleted.
 
 `reconcile()` runs small steps over one `Context`, in order, until one says the job needs
-nothing more this time: finished, suspended, deadline, record start, stale gang, shared
-objects, create gang, release gang, then watch the released gang (succeeded, failed,
-running, waiting). Steps read the observed state and write only the new status and the
-`Decision`; the phase changes in one place, `transition()` (context.py), which also keeps the
-mutually exclusive conditions and the cost accrual in step with it. The steps live in modules
-by what they decide about: lifecycle.py, gang_create.py, gang_watch.py, capacity_wait.py,
-kueue_steps.py.
+nothing more this time: finished, over budget (budget.py), suspended, deadline, record
+start, record artifacts (artifacts.py), stale gang, shared objects, create gang, release
+gang, then watch the released gang (succeeded, failed, running, waiting). Steps read the
+observed state and write only the new status and the `Decision`; the phase changes in one
+place, `transition()` (context.py), which also keeps the mutually exclusive conditions and
+the cost accrual in step with it. The steps live in modules by what they decide about:
+lifecycle.py, budget.py, gang_create.py, gang_watch.py, capacity_wait.py, kueue_steps.py.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from kubegan_api.status import CheckpointStatus, CostStatus, GANTrainingJobStatu
 from pydantic import ValidationError
 
 from kubegan_operator.api.loading import validation_problems
+from kubegan_operator.decide.artifacts import record_artifacts, record_latest_samples
+from kubegan_operator.decide.budget import over_budget
 from kubegan_operator.decide.capacity_wait import gang_waiting_for_capacity
 from kubegan_operator.decide.context import Context, Decision, Step, finish
 from kubegan_operator.decide.gang_create import (
@@ -76,6 +78,7 @@ def reconcile(seen: JobSnapshot) -> Decision:
     st.observed_generation = (raw.get("metadata") or {}).get("generation")
     _record_progress(st, job, seen.progress)
     lost_work = _record_exit_checkpoint(st, seen.pods)
+    record_latest_samples(st, job, seen.progress, seen.pods)
     st.cost = st.cost or CostStatus()
     ctx = Context(
         seen=seen,
@@ -165,9 +168,11 @@ def _pod_attempt(pod: Mapping[str, Any]) -> int:
 
 STEPS: tuple[Step, ...] = (
     finished,
+    over_budget,
     suspended,
     deadline,
     record_start,
+    record_artifacts,
     stale_gang,
     shared_objects,
     create_gang,

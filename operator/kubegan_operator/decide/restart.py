@@ -7,8 +7,16 @@ from kubegan_api.conditions import Reason
 from kubegan_api.status import Phase
 
 from kubegan_operator.decide.context import Context, fail, transition
+from kubegan_operator.decide.cost_accrual import usd
 from kubegan_operator.decide.pod_cleanup import clean_pods
+from kubegan_operator.foundation.lost_work import (
+    duration,
+    gang_ended_at,
+    lost_dollars,
+    lost_seconds,
+)
 from kubegan_operator.foundation.podstate import Outcome, WorkerState
+from kubegan_operator.foundation.timeutil import parse_time
 
 
 def restart_gang(c: Context, failed: list[WorkerState]) -> None:
@@ -49,7 +57,26 @@ def restart_gang(c: Context, failed: list[WorkerState]) -> None:
         fail(st, c.d, reason, message, c.now)
         c.d.delete_pods += clean_pods(c.pods, policy.clean_pod_policy, c.node_ready)
         return
-    c.event("Warning", *event)
+    c.event("Warning", event[0], event[1] + _lost_work(c))
     st.attempt += 1
     transition(st, Phase.restarting, c.now, event[0], what)
     c.delete(c.pods)
+
+
+def _lost_work(c: Context) -> str:
+    """Add the training the next gang does again to status.cost.lostDollars, at the ended
+    gang's rate; the words for the event (empty when nothing was lost). Without a checkpoint
+    claim or bucket no checkpoint survives the gang: its whole run is lost."""
+    st, spec = c.st, c.job.spec.checkpoint
+    kept = st.last_checkpoint if (spec.claim_name or spec.uri) else None
+    seconds = lost_seconds(
+        parse_time(st.running_since),
+        parse_time(kept.time) if kept is not None else None,
+        gang_ended_at(c.current, c.now),
+    )
+    assert st.cost is not None
+    lost = lost_dollars(seconds, st.cost.rate_per_hour)
+    st.cost.lost_dollars = round(st.cost.lost_dollars + lost, 6)
+    if not lost:
+        return ""
+    return f" ({duration(seconds)} of training since the last checkpoint to redo: {usd(lost)})"

@@ -27,6 +27,7 @@ from kubegan_api.contract import (
     KUEUE_TERMINATION_CONDITION,
     WORKER_INDEX_LABEL,
     parse_lost_work,
+    parse_samples_epoch,
     parse_termination_message,
 )
 from kubegan_api.status import PodPhase
@@ -104,6 +105,12 @@ def exit_code(pod: Mapping[str, Any]) -> int | None:
     return int(code) if code is not None else None
 
 
+def exit_time(pod: Mapping[str, Any]) -> str | None:
+    """When the trainer container ended (its `finishedAt`), if it has."""
+    finished = _terminated(pod).get("finishedAt")
+    return str(finished) if finished else None
+
+
 def exit_checkpoint(pod: Mapping[str, Any]) -> tuple[int, int, str] | None:
     """(epochs done, steps into the next, finishedAt) of the checkpoint an ended trainer
     named in its termination message (the contract's schema), if it named one."""
@@ -118,6 +125,12 @@ def exit_lost_work(pod: Mapping[str, Any]) -> tuple[int, str] | None:
     """(steps, one line) of the work an ended trainer could not commit to its bucket before
     it stopped, when its termination message says so."""
     return parse_lost_work(_terminated(pod).get("message"))
+
+
+def exit_samples_epoch(pod: Mapping[str, Any]) -> int | None:
+    """The epoch of the newest sample grid an ended trainer stored with its artifacts, when
+    its termination message names one."""
+    return parse_samples_epoch(_terminated(pod).get("message"))
 
 
 def classify(pod: Mapping[str, Any], node_ready: Mapping[str, bool]) -> WorkerState:

@@ -13,6 +13,7 @@ from kubegan_api.contract import (
     CHECKPOINT_TIMESTAMP,
     EPOCH,
     EPOCH_DURATION,
+    SAMPLES_EPOCH,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,6 +28,7 @@ class TrainerProgress:
     epoch_count: int
     # the latest checkpoint: epochs done, steps into the next, unix time (None: none yet)
     checkpoint: tuple[int, int, float] | None = None
+    samples_epoch: int | None = None  # the newest sample grid stored with the artifacts
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,14 @@ class ProgressUpdate:
     epoch: int
     last_epoch_seconds: float | None
     checkpoint: tuple[int, int, float] | None
+    samples_epoch: int | None = None
 
 
 def parse_trainer_metrics(text: str) -> TrainerProgress | None:
     wanted = {
         EPOCH, EPOCH_SECONDS_SUM, EPOCH_SECONDS_COUNT,
         CHECKPOINT_EPOCH, CHECKPOINT_STEP, CHECKPOINT_TIMESTAMP,
+        SAMPLES_EPOCH,
     }  # fmt: skip
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -62,7 +66,15 @@ def parse_trainer_metrics(text: str) -> TrainerProgress | None:
         values.get(EPOCH_SECONDS_SUM, 0.0),
         int(values.get(EPOCH_SECONDS_COUNT, 0)),
         checkpoint,
+        samples_epoch=_samples_epoch(values.get(SAMPLES_EPOCH)),
     )
+
+
+def _samples_epoch(value: float | None) -> int | None:
+    """The gauge's epoch when it names one (it reads 0 until a grid is stored)."""
+    if value is None or not 1 <= value < 2**31:  # NaN fails too
+        return None
+    return int(value)
 
 
 def last_epoch_seconds(now: TrainerProgress, before: TrainerProgress | None) -> float | None:
@@ -74,6 +86,16 @@ def last_epoch_seconds(now: TrainerProgress, before: TrainerProgress | None) -> 
     if now.epoch_count:
         return now.epoch_seconds_sum / now.epoch_count
     return None
+
+
+def progress_update(now: TrainerProgress, before: TrainerProgress | None) -> ProgressUpdate:
+    """What one reading of worker 0 tells reconcile, given the reading before it."""
+    return ProgressUpdate(
+        now.epoch,
+        last_epoch_seconds(now, before),
+        now.checkpoint,
+        samples_epoch=now.samples_epoch,
+    )
 
 
 def progress_read_due_in(last_read: float | None, now: float, every: float) -> float:

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kubegan_api import contract
+from kubegan_api.conditions import ConditionType
 from kubegan_api.status import Phase
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -39,6 +40,19 @@ PREEMPTIONS = Gauge(
 )
 RESTARTS = Gauge(
     contract.JOB_RESTARTS, "Application failures of a job", JOB_LABELS, registry=REGISTRY
+)
+LOST = Gauge(
+    contract.JOB_LOST_DOLLARS,
+    "Cost of the work a job trained again after preemptions and restarts, in USD",
+    JOB_LABELS,
+    registry=REGISTRY,
+)
+UNPRICED = Gauge(
+    contract.JOB_COST_UNPRICED,
+    "1 while the price table has no price for a machine type or accelerator the job uses "
+    "(condition CostKnown=False): its cost counts only what is priced",
+    JOB_LABELS,
+    registry=REGISTRY,
 )
 TIME_TO_RUNNING = Histogram(
     contract.JOB_TIME_TO_RUNNING,
@@ -76,10 +90,22 @@ def observe_job(namespace: str, name: str, status: Mapping[str, Any], now: datet
     )
     PREEMPTIONS.labels(**labels).set(int(status.get("preemptions", 0)))
     RESTARTS.labels(**labels).set(int(status.get("restarts", 0)))
+    LOST.labels(**labels).set(float(cost.get("lostDollars", 0.0)))
+    UNPRICED.labels(**labels).set(1 if _cost_unknown(status) else 0)
+
+
+def _cost_unknown(status: Mapping[str, Any]) -> bool:
+    conditions = status.get("conditions") or []
+    return any(
+        isinstance(c, Mapping)
+        and c.get("type") == ConditionType.cost_known
+        and c.get("status") == "False"
+        for c in conditions
+    )
 
 
 def forget_job(namespace: str, name: str) -> None:
-    for metric in (COST, COST_RATE, PREEMPTIONS, RESTARTS, RECONCILES):
+    for metric in (COST, COST_RATE, PREEMPTIONS, RESTARTS, LOST, UNPRICED, RECONCILES):
         with contextlib.suppress(KeyError):
             metric.remove(name, namespace)
 

@@ -16,9 +16,9 @@ from kubegan_api.contract import METRICS_PORT, worker_name
 from kubegan_operator.foundation.trainer_metrics import (
     ProgressUpdate,
     TrainerProgress,
-    last_epoch_seconds,
     parse_trainer_metrics,
     progress_read_due_in,
+    progress_update,
 )
 from kubegan_operator.runtime.indexes import JobKey
 
@@ -30,7 +30,7 @@ def fetch_progress(host: str, port: int, timeout: float = 5.0) -> TrainerProgres
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as r:
             return parse_trainer_metrics(r.read().decode("utf-8", "replace"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, OverflowError):  # OverflowError: an infinite epoch
         return None
 
 
@@ -72,7 +72,7 @@ class ProgressReader:
         self._last[key] = (self._clock(), now or before)
         if now is None:
             return None
-        return ProgressUpdate(now.epoch, last_epoch_seconds(now, before), now.checkpoint)
+        return progress_update(now, before)
 
     def next_read_in(self, key: JobKey) -> float | None:
         """Seconds until the job's next read is due; None when reading is off. A whole
