@@ -1,8 +1,9 @@
-# syntax=docker/dockerfile:1
+# syntax=docker/dockerfile:1.19.0@sha256:b6afd42430b15f2d2a4c5a02b919e98a525b785b1aaff16747d2f623364e39b6
 # kubegan images, one target each:
 #   docker build --target operator      -t ghcr.io/kubegan/operator:0.1.0 .
 #   docker build --target trainer-torch -t ghcr.io/kubegan/trainer-torch:0.1.0 .
 #   docker build --target trainer-tf    -t ghcr.io/kubegan/trainer-tf:0.1.0 .
+#   docker build --target trainer-tf-tpu -t ghcr.io/kubegan/trainer-tf-tpu:0.1.0 .   (amd64 only)
 # Builder stages install into a virtualenv; the final stages copy only that virtualenv onto
 # a clean slim base (no compiler, no pip, no package caches). Every dependency ships wheels,
 # so the builders need no build tools either. Versions and hashes come from uv.lock, exported to
@@ -12,15 +13,18 @@
 # from its locked list alone (stage `requirements`), so neither a code change nor an edit of
 # pyproject.toml invalidates them; the kubegan package itself is built once (stage `package`)
 # and is the last, small layer of every image.
-# The builders install with uv (from PyPI, pinned: UV_VERSION), whose download cache is a
-# BuildKit cache mount (nothing of it lands in a layer) and works even behind proxies that
-# strip HTTP caching headers, where pip's does not. Optional BuildKit secrets, mounted only
+# The `# syntax=` frontend (first line) is pinned by digest for `docker build`/`buildx`, which
+# fetch it; hack/build-images.sh (`make images`, the release workflow) runs BuildKit's built-in
+# frontend instead (`--opt cmdline`, no registry needed), which ignores that line.
+# The builders install with uv (from PyPI, pinned: UV_VERSION, by hash: requirements/uv.txt),
+# whose download cache is a BuildKit cache mount (nothing of it lands in a layer) and works
+# even behind proxies that strip HTTP caching headers, where pip's does not. Optional BuildKit secrets, mounted only
 # for the steps that download and never part of a layer, let a build machine behind a
 # TLS-intercepting proxy trust its CA (hack/build-images.sh passes them):
 #   ca-certificates.crt -> /etc/ssl/certs/ca-certificates.crt, pip.conf -> /etc/pip.conf,
 #   uv.toml -> /etc/uv/uv.toml.
 # Build arguments: PYTHON_IMAGE (the base; hack/build-images.sh passes one made from Debian
-# packages), TF_EXTRA (tensorflow's extra, default and-cuda; empty for CPU-only images),
+# packages, the release workflow this default resolved to its digest), TF_EXTRA (tensorflow's extra, default and-cuda; empty for CPU-only images),
 # UV_VERSION.
 
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
@@ -40,11 +44,15 @@ RUN if [ "$TF_EXTRA" = "and-cuda" ]; then cp tensorflow-cuda.txt tensorflow-imag
 
 # ---------------------------------------------------------------- builders
 FROM ${PYTHON_IMAGE} AS uv
+# uv itself by hash like everything else: requirements/uv.txt pins UV_VERSION (hack/lock.sh).
 ARG UV_VERSION=0.13.9
+COPY --from=requirements /req/uv.txt /req/uv.txt
 RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
-    python -m venv /opt/uv \
- && /opt/uv/bin/pip install --disable-pip-version-check --no-cache-dir "uv==${UV_VERSION}"
+    grep -q "^uv==${UV_VERSION} " /req/uv.txt \
+ && python -m venv /opt/uv \
+ && /opt/uv/bin/pip install --disable-pip-version-check --no-cache-dir --require-hashes \
+      --no-deps -r /req/uv.txt
 
 FROM ${PYTHON_IMAGE} AS package
 # The kubegan package alone (no dependencies, no network), installed under the prefix
@@ -103,6 +111,18 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
  && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
       --compile-bytecode --require-hashes -r /req/requirements.txt
 
+FROM ${PYTHON_IMAGE} AS deps-tf-tpu
+# tensorflow-tpu and the libtpu runtime it loads (extra tpu of pyproject.toml; linux/amd64 only,
+# libtpu needs glibc 2.31+): TensorFlow for TPU nodes, no CUDA wheels.
+COPY --from=requirements /req/tpu.txt /req/requirements.txt
+RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
+      --compile-bytecode --require-hashes -r /req/requirements.txt
+
 # ---------------------------------------------------------------- runtime base
 FROM ${PYTHON_IMAGE} AS runtime
 # Read-only root filesystem in the pods: Python writes no bytecode, HOME is the /tmp emptyDir.
@@ -141,6 +161,14 @@ ENTRYPOINT ["python", "-m", "kubegan_trainer"]
 
 FROM runtime AS trainer-tf
 COPY --from=deps-tf /opt/venv /opt/venv
+COPY --from=package /pkg/opt/venv /opt/venv
+USER 1000:1000
+ENTRYPOINT ["python", "-m", "kubegan_trainer"]
+
+# TensorFlow jobs on TPUs (the operator's default for them); without a TPU the trainer exits 2
+# with one line saying none was found.
+FROM runtime AS trainer-tf-tpu
+COPY --from=deps-tf-tpu /opt/venv /opt/venv
 COPY --from=package /pkg/opt/venv /opt/venv
 USER 1000:1000
 ENTRYPOINT ["python", "-m", "kubegan_trainer"]

@@ -80,9 +80,12 @@ test-e2e: $(INSTALL) $(IMAGES)
 lock: | $(UV)
 	UV=$(UV) bash hack/lock.sh --upgrade
 
+# shellcheck: every shell script (Debian's, make install; tests/helm/test_shellcheck.py also
+# finds scripts without the suffix by their shebang).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check api operator trainer tests
+	shellcheck $$(git ls-files -co --exclude-standard '*.sh') .ci/run
 
 crd: $(VENV)/.installed
 	$(VENV)/bin/kubegan crd > crds/gantrainingjobs.kubegan.io.yaml

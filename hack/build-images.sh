@@ -3,7 +3,7 @@
 # without Docker or a registry, into one OCI image layout directory that
 # hack/load-images.sh imports into the nodes' containerd (`ctr images import`).
 #
-#   hack/build-images.sh [TARGET...]     default: operator trainer-torch trainer-tf
+#   hack/build-images.sh [TARGET...]     default: operator trainer-torch trainer-tf trainer-tf-tpu
 #
 # Steps: Debian's runc and mmdebstrap (hack/install-debian-packages.sh); buildkitd/buildctl
 # (hack/build-buildkit.sh, cached by version); the Python base image (hack/make-python-base.sh,
@@ -14,6 +14,7 @@
 #
 # Images (name:tag), all in the OCI layout $KUBEGAN_IMAGE_CACHE/oci/ (index.json names them):
 #   kubegan.local/operator:dev  kubegan.local/trainer-torch:dev  kubegan.local/trainer-tf:dev
+#   kubegan.local/trainer-tf-tpu:dev
 # A layout directory rather than tar files: an export after a code change writes only the new
 # small layer (sending a 3.4 GB tar took 90 s here); blobs no image uses any more are deleted.
 # `hack/load-images.sh --tar TARGET` writes one image as an OCI archive on stdout.
@@ -39,6 +40,12 @@
 #                              writes them) instead of writing the OCI layout; the release
 #                              workflow (.github/workflows/release.yml) builds this way
 #   KUBEGAN_IMAGE_PLATFORM     target platform (default linux/amd64)
+#   KUBEGAN_IMAGE_ATTEST=1     attach an SBOM (BuildKit's Syft scanner image, pulled from Docker
+#                              Hub) and SLSA provenance (mode=max) to each image as attestations,
+#                              like `docker buildx build --sbom=true --provenance=mode=max`; the
+#                              release workflow does (it needs a registry, so off by default)
+#   KUBEGAN_IMAGE_DIGESTS      with KUBEGAN_IMAGE_PUSH=1: a file that gets one line per pushed
+#                              image, <repo>/<target>@sha256:... (what the release signs)
 #   KUBEGAN_PYTHON_IMAGE       the Dockerfile's PYTHON_IMAGE pulled from a registry (e.g.
 #                              python:3.11.13-slim-bookworm) instead of the Debian-made base
 #   KUBEGAN_PIP_CA             CA bundle for pip/uv in the build steps (default $PIP_CERT,
@@ -57,9 +64,11 @@ COMPRESSION="${KUBEGAN_IMAGE_COMPRESSION:-zstd}"
 MAX_USED="${KUBEGAN_BUILDKIT_MAX_USED:-40GB}"
 NICE="${KUBEGAN_NICE:-10}"
 PUSH="${KUBEGAN_IMAGE_PUSH:-0}"
+ATTEST="${KUBEGAN_IMAGE_ATTEST:-0}"
+DIGESTS="${KUBEGAN_IMAGE_DIGESTS:-}"
 PLATFORM="${KUBEGAN_IMAGE_PLATFORM:-linux/amd64}"
 PYTHON_IMAGE="${KUBEGAN_PYTHON_IMAGE:-}"
-ALL_TARGETS=(operator trainer-torch trainer-tf)
+ALL_TARGETS=(operator trainer-torch trainer-tf trainer-tf-tpu)
 BASE_NAME=kubegan.local/python-base:3.11-bookworm   # = IMAGE_NAME in make-python-base.sh
 # The socket lives under /run (a path under a long $HOME could pass the 108-byte limit), named
 # after the state dir so that two state dirs never share one.
@@ -76,6 +85,8 @@ for t in "${targets[@]}"; do
   [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || die "unknown target '$t' (one of: ${ALL_TARGETS[*]})"
 done
 case "$PUSH" in 0|1) ;; *) die "KUBEGAN_IMAGE_PUSH=$PUSH: 0 or 1" ;; esac
+case "$ATTEST" in 0|1) ;; *) die "KUBEGAN_IMAGE_ATTEST=$ATTEST: 0 or 1" ;; esac
+[[ -z "$DIGESTS" || "$PUSH" == 1 ]] || die "KUBEGAN_IMAGE_DIGESTS needs KUBEGAN_IMAGE_PUSH=1"
 case "$COMPRESSION" in zstd|gzip|uncompressed) ;; *) die "KUBEGAN_IMAGE_COMPRESSION=$COMPRESSION: zstd, gzip or uncompressed" ;; esac
 [[ $(id -u) -eq 0 ]] || die "needs root (buildkitd runs build steps with runc)"
 
@@ -111,9 +122,9 @@ PIDFILE="$BK_DIR/buildkitd.pid"
 BK_LOG="$BK_DIR/buildkitd.log"
 bk_pid=""
 stop_buildkitd() {  # stop_buildkitd <pid>: TERM, then KILL after 30 s
-  local pid="$1" i
+  local pid="$1"
   kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
   if kill -0 "$pid" 2>/dev/null; then log "buildkitd $pid ignored TERM; killing it"; kill -KILL "$pid" 2>/dev/null || true; fi
   wait "$pid" 2>/dev/null || true
 }
@@ -196,6 +207,9 @@ printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\ntimeout = %s\n' "${
 printf 'native-tls = true\n' >"$BK_DIR/uv.toml"
 SECRETS=(--secret "id=ca-certificates.crt,src=$CA_BUNDLE" --secret "id=pip.conf,src=$BK_DIR/pip.conf"
          --secret "id=uv.toml,src=$BK_DIR/uv.toml")
+ATTEST_ARGS=()
+[[ "$ATTEST" != 1 ]] || ATTEST_ARGS=(--opt attest:sbom= --opt attest:provenance=mode=max)
+[[ -z "$DIGESTS" ]] || : >"$DIGESTS"
 declare -A BUILD_S
 for target in "${targets[@]}"; do
   name="$REPO/$target:$TAG"
@@ -213,7 +227,7 @@ for target in "${targets[@]}"; do
   if ! "$BUILDCTL" --addr "unix://$SOCK" build --progress=plain \
       --frontend dockerfile.v0 --local context="$REPO_ROOT" --local dockerfile="$REPO_ROOT" \
       --opt cmdline=dockerfile.v0 --opt target="$target" --opt platform="$PLATFORM" \
-      --opt build-arg:TF_EXTRA="$TF_EXTRA" "${BASE_ARGS[@]}" \
+      --opt build-arg:TF_EXTRA="$TF_EXTRA" "${BASE_ARGS[@]}" "${ATTEST_ARGS[@]}" \
       "${SECRETS[@]}" \
       --output "$OUTPUT" \
       --metadata-file "$IMAGES/logs/metadata-$target.json" >"$blog" 2>&1; then
@@ -224,7 +238,14 @@ for target in "${targets[@]}"; do
   BUILD_S[$target]=$((SECONDS - t))
   steps="$(grep -cE '^#[0-9]+ \[' "$blog" || true)"; cached="$(grep -c ' CACHED$' "$blog" || true)"
   log "$target: built and exported in ${BUILD_S[$target]} s ($cached of $steps steps cached)"
-  [[ "$PUSH" != 1 ]] || log "$target: pushed $name ($(jq -r '."containerimage.digest" // "?"' "$IMAGES/logs/metadata-$target.json"))"
+  if [[ "$PUSH" == 1 ]]; then
+    digest="$(jq -r '."containerimage.digest" // ""' "$IMAGES/logs/metadata-$target.json")"
+    log "$target: pushed $name (${digest:-digest unknown})"
+    if [[ -n "$DIGESTS" ]]; then
+      [[ "$digest" =~ ^sha256:[0-9a-f]{64}$ ]] || die "$target: no image digest in $IMAGES/logs/metadata-$target.json"
+      echo "$REPO/$target@$digest" >>"$DIGESTS"
+    fi
+  fi
 done
 
 printf '%s\n' "$inputs" >"$STAMP"  # every target built: the cache holds these inputs' layers

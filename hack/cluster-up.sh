@@ -71,6 +71,7 @@ GANG_GATES=()
 GANG_API=()
 case "$NATIVE_GANG" in
   true)
+    # shellcheck disable=SC2054  # one argument: --feature-gates takes a comma list
     GANG_GATES=(--feature-gates=GenericWorkload=true,GangScheduling=true)
     GANG_API=(--runtime-config=scheduling.k8s.io/v1alpha2=true) ;;
   false) ;;

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the hack/build-*.sh scripts that run `go`: Go's build and module caches for
 # kubegan's builds live under kubegan's own cache, not the user's (~/.cache/go-build, ~/go),
 # so that `make install` can drop them once every binary is built (hack/drop-go-caches.sh):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the tests need that no Python/Go registry ships:
 #   prometheus  — the real Prometheus server and promtool (tests/monitoring/).
+#   ShellCheck  — the shell scripts' lint (package shellcheck; tests/helm/test_shellcheck.py).
 # Idempotent: does nothing when every package is already installed. The Debian package
 # enables a systemd service; the tests never use it (they start their own `prometheus` on a
 # free port with a temporary config and storage), so we do not start or enable anything.
@@ -8,7 +9,7 @@
 # it for containerd, runc and the CNI plugins; their services are not started either).
 set -euo pipefail
 
-read -ra PACKAGES <<<"${KUBEGAN_DEBIAN_PACKAGES:-prometheus}"
+read -ra PACKAGES <<<"${KUBEGAN_DEBIAN_PACKAGES:-prometheus shellcheck}"
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \

@@ -51,6 +51,7 @@ trap 'rm -rf "$work"' EXIT
 log "mmdebstrap $SUITE minbase + $PACKAGES"
 # No docs, man pages or translations (as in the slim images); no device nodes in the layer
 # (the runtime creates /dev); apt's lists and caches are removed by mmdebstrap's cleanup.
+# shellcheck disable=SC2016  # the hooks' "$1" is the chroot, expanded by mmdebstrap's shell
 mmdebstrap --quiet --variant=minbase --mode=root --format=tar --skip=output/dev \
   --include="$PACKAGES" \
   --aptopt='Acquire::Languages "none"' \

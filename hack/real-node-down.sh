@@ -167,14 +167,14 @@ main() {
   for p in $(pids_with_arg "$(relay_bind)"); do stop_pid "$p"; done
   close_connections "$NODE_NETWORK" "$POD_NETWORK"   # nodes whose namespace had already gone
   if ip link show "$HOST_BRIDGE" >/dev/null 2>&1; then ip link del "$HOST_BRIDGE"; log "deleted bridge $HOST_BRIDGE"; fi
-  local cg; for cg in /sys/fs/cgroup/*/"$CGROUP_PARENT"; do [[ -d "$cg" ]] && rmdir "$cg" 2>/dev/null || true; done
+  local cg; for cg in /sys/fs/cgroup/*/"$CGROUP_PARENT"; do if [[ -d "$cg" ]]; then rmdir "$cg" 2>/dev/null || true; fi; done
   unmount_under "$STATE_ROOT"; unmount_under "$RUN_ROOT"
   rm -rf "$STATE_ROOT" "$RUN_ROOT"
   # containerd 1.6 keeps shim sockets and fifos in fixed places; remove those dirs when empty.
   local d
   for d in /run/containerd/s /run/containerd/fifo /run/containerd/runc/k8s.io /run/containerd/runc \
            /run/containerd /var/lib/cni/results /var/lib/cni; do
-    [[ -d "$d" ]] && rmdir "$d" 2>/dev/null || true
+    if [[ -d "$d" ]]; then rmdir "$d" 2>/dev/null || true; fi
   done
   log "real nodes removed"
 }

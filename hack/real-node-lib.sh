@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # the names are for the scripts that source this file
 # Shared by hack/real-node-up.sh and hack/real-node-down.sh (sourced, not run).
 # Names, addresses and directories of the real nodes; see real-node-up.sh for the layout.
 #

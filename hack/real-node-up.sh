@@ -90,6 +90,7 @@ preflight() {
   [[ -s "$PKI/apiserver-kubelet-client.crt" ]] \
     || die "the control plane in $CLUSTER_DIR predates real-node support (no kubelet client certificate); run make cluster-down cluster-up"
   kubectl get --raw /readyz >/dev/null || die "the apiserver of $CLUSTER_DIR is not ready; run make cluster-up"
+  # shellcheck disable=SC2015  # die when either check fails
   [[ "$REAL_NODES" =~ ^[1-9][0-9]?$ ]] && ((REAL_NODES <= 50)) || die "REAL_NODES must be 1..50"
   if [[ -e "$NET_OWNER" && "$(cat "$NET_OWNER")" != "$CLUSTER_DIR" ]]; then
     die "site $SITE's real nodes belong to the cluster in $(cat "$NET_OWNER"); run its real-node-down first, or use another KUBEGAN_REAL_SITE (one of: $REAL_SITES)"
@@ -560,6 +561,7 @@ main() {
   local -a indices=("$@")
   if ((${#indices[@]} == 0)); then mapfile -t indices < <(seq 1 "$REAL_NODES"); fi
   for i in "${indices[@]}"; do
+    # shellcheck disable=SC2015  # die when either check fails
     [[ "$i" =~ ^[1-9][0-9]?$ ]] && ((i <= 50)) || die "node index '$i': must be 1..50"
     # The kubelet makes unix sockets under its root dir (device-plugins/kubelet.sock is the
     # longest path); past 107 bytes their bind fails and the node never gets Ready.

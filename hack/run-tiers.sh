@@ -29,7 +29,7 @@
 # install step (or one a lane waits for) skips the rest of its lane: its tiers are reported
 # not run.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 LANES="${KUBEGAN_TEST_LANES:-unit,trainer install-control-plane,install-addons,helm,monitoring,cluster after:install-control-plane,images,e2e}"
 TIERS=" unit trainer helm monitoring cluster e2e "

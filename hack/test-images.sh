@@ -8,7 +8,9 @@
 #   hack/test-images.sh [TARGET...]     default: every archive present
 #
 # Checks: operator `kubegan --help`; trainer-torch `import kubegan_trainer, torch`;
-# trainer-tf `import kubegan_trainer, tensorflow`; each also prints `id -u`.
+# trainer-tf `import kubegan_trainer, tensorflow`; each also prints `id -u`. trainer-tf-tpu
+# imports TensorFlow, then runs the trainer's command as a TPU slice's worker: with no TPU here
+# it must exit 2 with one line saying no TPU was found (not a traceback).
 set -Eeuo pipefail
 trap 'echo "test-images.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -20,7 +22,7 @@ IMAGES="${KUBEGAN_IMAGE_CACHE:-$HOME/.cache/kubegan/images}"
 DIR="${KUBEGAN_IMAGE_TEST_DIR:-/tmp/kg-img-test}"
 SOCK="$DIR/containerd.sock"
 CGROUP_PARENT="kg-img-test"            # /sys/fs/cgroup/<controller>/kg-img-test/<container>
-ALL_TARGETS=(operator trainer-torch trainer-tf)
+ALL_TARGETS=(operator trainer-torch trainer-tf trainer-tf-tpu)
 
 log() { printf '[test-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[test-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -49,6 +51,7 @@ cleanup() {
     wait "$cd_pid" 2>/dev/null || true
   fi
   # Mounts left under the dir (snapshots, shim rootfs), deepest first; then the cgroups.
+  # shellcheck disable=SC2013  # /proc/mounts escapes blanks in paths (\040): one word each
   for m in $(awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
     umount -l "$m" 2>/dev/null || true
   done
@@ -90,6 +93,7 @@ run_check() {  # run_check <target> <expected uid> <command...>
   name="$REPO/$target:$TAG"
   id="kg-img-test-$target"
   t=$SECONDS
+  # shellcheck disable=SC2016  # $(id -u) and "$@" are for the shell inside the container
   out="$(ctr_ run --rm --read-only --cgroup "/$CGROUP_PARENT/$id" \
            --mount type=tmpfs,src=tmpfs,dst=/tmp,options=rw:nosuid:nodev:mode=1777 \
            "$name" "$id" sh -c 'echo "uid=$(id -u)"; exec "$@"' sh "$@" 2>&1)" \
@@ -98,6 +102,28 @@ run_check() {  # run_check <target> <expected uid> <command...>
   grep -qx "uid=$uid" <<<"$out" || die "$target: ran as $(head -n1 <<<"$out"), want uid=$uid"
   log "$target: ok as uid $uid in $((SECONDS - t)) s"
 }
+# The TPU image's start on a machine without a TPU: the trainer, as worker 0 of a 2-host slice
+# (the variables GKE documents and the operator sets), with a minimal strategy-tpu config.
+TPU_CONFIG='{"jobName":"tpu-check","framework":"tensorflow","strategy":"tpu","model":{"name":"acgan"},"data":{"source":"digits"}}'
+run_no_tpu_check() {  # run_no_tpu_check <target>
+  local target="$1" name id out rc=0
+  name="$REPO/$target:$TAG"
+  id="kg-img-test-$target-notpu"
+  t=$SECONDS
+  # shellcheck disable=SC2016  # "$1" is for the shell inside the container
+  out="$(ctr_ run --rm --read-only --cgroup "/$CGROUP_PARENT/$id" \
+           --mount type=tmpfs,src=tmpfs,dst=/tmp,options=rw:nosuid:nodev:mode=1777 \
+           --env KUBEGAN_CONFIG=/tmp/config.json --env KUBEGAN_OUTPUT_DIR=/tmp/out \
+           --env KUBEGAN_CHECKPOINT_DIR=/tmp/out/checkpoints --env KUBEGAN_METRICS_PORT=0 \
+           --env TPU_WORKER_ID=0 --env TPU_WORKER_HOSTNAMES=w-0.j.ns.svc,w-1.j.ns.svc \
+           "$name" "$id" sh -c 'printf "%s" "$1" >/tmp/config.json; exec python -m kubegan_trainer' \
+           sh "$TPU_CONFIG" 2>&1)" || rc=$?
+  printf '%s\n' "$out" | sed "s/^/  [$target] /" >&2
+  ((rc == 2)) || die "$target: without a TPU the trainer exited $rc, want 2"
+  ! grep -q Traceback <<<"$out" || die "$target: a traceback instead of one line"
+  [[ "$(grep -c 'no TPU was found' <<<"$out")" == 1 ]] || die "$target: no one line saying no TPU was found"
+  log "$target: no TPU here: exit 2, one line, in $((SECONDS - t)) s"
+}
 for target in "${targets[@]}"; do
   case "$target" in
     operator) run_check operator 65532 kubegan --help ;;
@@ -105,6 +131,9 @@ for target in "${targets[@]}"; do
       'import kubegan_trainer, torch; print("torch", torch.__version__, "cuda build", torch.version.cuda)' ;;
     trainer-tf) run_check trainer-tf 1000 python -c \
       'import kubegan_trainer, tensorflow as tf; print("tensorflow", tf.__version__)' ;;
+    trainer-tf-tpu) run_check trainer-tf-tpu 1000 python -c \
+      'import importlib.metadata as m, kubegan_trainer, tensorflow as tf; print("tensorflow", tf.__version__, "libtpu", m.version("libtpu"))'
+      run_no_tpu_check trainer-tf-tpu ;;
   esac
 done
 log "all checks passed"

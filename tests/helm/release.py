@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from kubegan_api.contract import JOB_COST_RATE, JOB_NAME_LABEL
+from kubegan_operator.api.pricing import DEFAULT_CATALOGUE, DEFAULT_PRICES
 
 from tests.helm.chart import CHART, helm_bin
 from tests.helm.fake_nodes import POOL_LABEL, fake_nodes, toleration
@@ -25,6 +26,17 @@ from tests.support.kube import KUBECONFIG, Kubectl, Operator, wait_for
 
 TRAINER_IMAGE = "registry.example/kubegan/trainer-torch:helm-test"
 PRICES_SOURCE = "kubegan helm test table"  # proves the operator loaded the chart's ConfigMap
+# The chart's default catalogue, as a table of its own (prices.table) with a recognisable source.
+DEFAULT_TABLE = yaml.safe_load(
+    (CHART / "files" / "prices" / f"{DEFAULT_CATALOGUE}.yaml").read_text()
+)
+
+
+# The gang's rate on the fake nodes (no machine type: priced per resource): 8 T4s at the
+# default table's on-demand price (the job names no cpu or memory).
+T4_RATE = 8 * DEFAULT_PRICES.accelerators["nvidia-tesla-t4"].on_demand
+
+
 COMPLETE_LABEL = "pod-complete.stage.kwok.x-k8s.io=true"
 
 
@@ -47,6 +59,7 @@ def installed(
     k: Kubectl,
     tmp: Path,
     watch_own_job_namespace: bool = False,
+    replicas: int = 1,
 ) -> Iterator[Release]:
     """Install a release (own namespace, own fake GPU nodes); uninstall and clean up after."""
     name = f"kg-{uuid.uuid4().hex[:6]}"
@@ -73,12 +86,12 @@ def installed(
             "nodeSelector": {POOL_LABEL: name},
             "tolerations": [toleration(name)],
             "trainerImages": {"pytorch": TRAINER_IMAGE},
-            # Same figures as the built-in table: an admin operator of another test session
-            # on this shared control plane would plan the same cost.
-            "prices": {"source": PRICES_SOURCE},
+            # Same figures as the built-in table (the default catalogue): an admin operator of
+            # another test session on this shared control plane would plan the same cost.
+            "prices": {"table": {**DEFAULT_TABLE, "source": PRICES_SOURCE}},
             # KWOK pods have made-up IPs in 10.244.0.0/16: nothing to scrape, and this machine
             # sends no traffic to addresses that are not its own.
-            "operator": {"readTrainerProgress": False},
+            "operator": {"readTrainerProgress": False, "replicas": replicas},
         }
         if watch_own_job_namespace:
             values["operator"]["watchNamespaces"] = [job_ns]
@@ -229,7 +242,7 @@ def reconcile_end_to_end(k: Kubectl, release: Release, tmp: Path) -> None:
         assert status["placement"]["workers"] == 2
         assert status["placement"]["gpusPerWorker"] == 4
         assert sorted(status["placement"]["nodes"]) == sorted(release.nodes)
-        assert status["cost"]["ratePerHour"] == pytest.approx(8 * 0.35)  # 8 x T4 on-demand
+        assert status["cost"]["ratePerHour"] == pytest.approx(T4_RATE)
         pods = k.get("pods", namespace=ns, selector=f"{JOB_NAME_LABEL}={name}")
         assert {p["spec"]["nodeName"] for p in pods} == set(release.nodes)
         if not foreign_operators(op):

@@ -49,7 +49,7 @@ def test_targets_are_non_root_and_lean() -> None:
     base = re.search(r"ARG PYTHON_IMAGE=(\S+)", DOCKERFILE.read_text()).group(1)
     # An exact patch version and distribution (or a digest), never a floating tag.
     assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base), base
-    for target in ("operator", "trainer-torch", "trainer-tf"):
+    for target in ("operator", "trainer-torch", "trainer-tf", "trainer-tf-tpu"):
         instructions = st[target]
         assert instructions[0] == f"FROM runtime AS {target}"
         users = [i.split()[1] for i in instructions if i.startswith("USER ")]
@@ -67,6 +67,7 @@ def test_targets_are_non_root_and_lean() -> None:
     assert "USER 65532:65532" in st["operator"]
     assert f"USER {RUN_AS_USER}:{RUN_AS_USER}" in st["trainer-torch"]
     assert f"USER {RUN_AS_USER}:{RUN_AS_USER}" in st["trainer-tf"]
+    assert f"USER {RUN_AS_USER}:{RUN_AS_USER}" in st["trainer-tf-tpu"]
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
@@ -87,3 +88,21 @@ def test_dockerignore_keeps_the_context_small() -> None:
     for sources in copied:
         for src in sources.split():
             assert src.rstrip("/") in allowed, src
+
+
+def test_frontend_and_installers_are_pinned() -> None:
+    """The `# syntax=` frontend by digest (what `docker build` fetches), and every package of
+    every stage, uv itself included, installed only by hash."""
+    text = DOCKERFILE.read_text()
+    first = text.splitlines()[0]
+    assert re.fullmatch(r"# syntax=docker/dockerfile:\d+\.\d+\.\d+@sha256:[0-9a-f]{64}", first)
+    installs = [i for name, st in stages().items() for i in st if re.search(r"\bpip install\b", i)]
+    assert installs
+    for install in installs:
+        from_index = "--offline" not in install  # the kubegan package: local, no dependencies
+        assert not from_index or "--require-hashes" in install, install
+    uv_stage = " ".join(stages()["uv"])
+    assert "--require-hashes" in uv_stage and "-r /req/uv.txt" in uv_stage
+    pins = (ROOT / "requirements" / "uv.txt").read_text()
+    version = re.search(r"^ARG UV_VERSION=(\S+)$", text, re.M).group(1)
+    assert pins.startswith(f"uv=={version} \\\n    --hash=sha256:")

@@ -111,3 +111,21 @@ def test_build_backend_is_pinned() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     for requirement in pyproject["build-system"]["requires"]:
         assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9.]+", requirement), requirement
+
+
+def test_uv_itself_is_installed_by_hash() -> None:
+    """hack/install-uv.sh (make's uv) takes uv from requirements/uv.txt, by hash, at the
+    version pyproject.toml requires, as the Dockerfile's uv stage does."""
+    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"][
+        "required-version"
+    ]
+    pins = (ROOT / "requirements" / "uv.txt").read_text()
+    assert pins.startswith(f"uv{required} \\\n")
+    assert len(re.findall(r"--hash=sha256:[0-9a-f]{64}", pins)) >= 2  # a wheel per platform
+    script = (ROOT / "hack" / "install-uv.sh").read_text()
+    assert '--require-hashes --no-deps -r "$pins"' in script
+    assert 'pins="$REPO_ROOT/requirements/uv.txt"' in script
+    assert re.search(r'"uv==\$version"', script) is None  # never by name alone
+    assert subprocess.run([uv(), "--version"], capture_output=True, text=True).stdout.startswith(
+        f"uv {required.removeprefix('==')}"
+    )
