@@ -25,17 +25,19 @@ from tests.support.kube import KUBECONFIG, Kubectl
 
 pytestmark = pytest.mark.timeout(600)
 
-# kube.py: delete_job, patch_status, create (pods, services, config maps), lift_gates (get:
-# re-read when the gate list changed), delete_pod, event, kueue_objects (a queued job's
-# Workload and LocalQueue); kopf: list+watch of what it indexes (gantrainingjobs, pods, nodes,
-# the jobs' services and config maps) and event posting; leader.py: the Lease, in the release
-# namespace only.
+# kube.py: delete_job, patch_status, create (pods, services, config maps, network policies),
+# patch_spec (a job's network policy found changed), lift_gates (get: re-read when the gate
+# list changed), delete_pod, event, kueue_objects (a queued job's Workload and LocalQueue);
+# kopf: list+watch of what it indexes (gantrainingjobs, pods, nodes, the jobs' services, config
+# maps and network policies) and event posting; leader.py: the Lease, in the release namespace
+# only.
 NAMESPACED = (
     {("gantrainingjobs.kubegan.io", v) for v in ("delete", "list", "watch")}
     | {("gantrainingjobs.kubegan.io/status", "patch")}
     | {("pods", v) for v in ("create", "delete", "get", "list", "patch", "watch")}
     | {(r, v) for r in ("configmaps", "services") for v in ("create", "list", "watch")}
     | {("events", "create")}
+    | {("networkpolicies.networking.k8s.io", v) for v in ("create", "list", "patch", "watch")}
     | {("workloads.kueue.x-k8s.io", v) for v in ("get", "list", "watch")}
     | {("localqueues.kueue.x-k8s.io", "get")}
 )

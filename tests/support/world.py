@@ -45,6 +45,7 @@ from kubegan_operator.runtime.free_capacity import FreeCapacity
 from kubegan_operator.runtime.indexes import (
     index_job,
     index_job_pod,
+    index_network_policy,
     index_node,
     index_owned,
     index_pod_usage,
@@ -248,6 +249,7 @@ class Indexes:
         self.job_pods = FakeIndex(index_job_pod)
         self.services = FakeIndex(index_owned)
         self.config_maps = FakeIndex(index_owned)
+        self.network_policies = FakeIndex(index_network_policy)
 
     def indices(self) -> dict[str, Mapping[Any, list[Any]]]:
         """As kopf hands them to handlers (Controller.attach reads these)."""
@@ -257,6 +259,7 @@ class Indexes:
             "kubegan_pods": _Both(self.usage, self.job_pods),
             "kubegan_services": self.services,
             "kubegan_config_maps": self.config_maps,
+            "kubegan_network_policies": self.network_policies,
         }
 
     def view(self, expectations: Expectations | None = None) -> View:
@@ -269,6 +272,7 @@ class Indexes:
             config_maps=self.config_maps,
             expectations=expectations or Expectations(),
             capacity=self.capacity,
+            network_policies=self.network_policies,
         )
 
     def add_job(self, body: Mapping[str, Any]) -> None:
@@ -295,8 +299,9 @@ class Indexes:
         self.capacity.see_pod(pod_key(body), None)
 
     def add_owned(self, body: Mapping[str, Any]) -> None:
-        """A job's Service or ConfigMap."""
-        (self.services if body["kind"] == "Service" else self.config_maps).put(body)
+        """A job's Service, ConfigMap or NetworkPolicy."""
+        index = {"Service": self.services, "NetworkPolicy": self.network_policies}
+        index.get(body["kind"], self.config_maps).put(body)
 
 
 # ---- the world: objects and the indexes the watch filled from them ------------------------------
@@ -464,6 +469,10 @@ class RecordingKube:
         if name in self.conflict:
             return None
         return copy.deepcopy(obj)
+
+    def patch_spec(self, obj: dict[str, Any]) -> None:
+        self.calls.append(("patch", obj["metadata"]["name"]))
+        self.made.append(copy.deepcopy(obj))
 
     def lift_gates(self, namespace: str, name: str) -> None:
         self.calls.append(("lift", name))

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from kubegan_api import contract
 from kubegan_operator.api.loading import load_job
+from kubegan_operator.api.pricing import DEFAULT_PRICES
 from kubegan_operator.entry.cli import main
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.manifests.pods import render_all
@@ -234,10 +235,13 @@ def test_tensorflow_env() -> None:
             == f"{contract.CHECKPOINT_ROOT}/gan3d-v100/{contract.CHECKPOINT_SUBDIR}"
         )
         assert env[contract.ENV_METRICS_PORT] == str(contract.METRICS_PORT)
-        # 32 V100s on spot, and 4 workers' 32 vCPUs and 200 GiB each at the E2 spot prices.
-        cpu_and_memory = 4 * (32 * 0.006543 + 200 * 0.000877)
+        # 32 V100s on spot, and 4 workers' 32 vCPUs and 200 GiB each at the spot prices of
+        # the default table (the test nodes have no machine type: priced per resource).
+        t = DEFAULT_PRICES
+        assert t.cpu is not None and t.memory is not None and t.cpu.spot and t.memory.spot
+        cpu_and_memory = 4 * (32 * t.cpu.spot + 200 * t.memory.spot)
         assert float(env[contract.ENV_COST_RATE_PER_HOUR]) == pytest.approx(
-            32 * 0.82 + cpu_and_memory
+            32 * t.accelerators["nvidia-tesla-v100"].spot + cpu_and_memory
         )
         tf_config = json.loads(env[contract.ENV_TF_CONFIG])
         assert tf_config == {
@@ -295,7 +299,8 @@ def test_tpu_env_and_resources() -> None:
         assert env[contract.ENV_TPU_WORKER_ID] == str(i)
         assert env[contract.ENV_TPU_WORKER_HOSTNAMES] == hosts
         c = p["spec"]["containers"][0]
-        assert c["resources"]["limits"] == {"google.com/tpu": "4"}
+        # The example names its memory (so its workers are not BestEffort): limited at it.
+        assert c["resources"]["limits"] == {"google.com/tpu": "4", "memory": "128Gi"}
         assert any(t["key"] == "google.com/tpu" for t in p["spec"]["tolerations"])
         terms = p["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"
@@ -327,19 +332,20 @@ def test_cli_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nodes.write_text(yaml.safe_dump_all(spot_v100()))
     assert main(["render", "--nodes", str(nodes), str(EXAMPLES / "gan3d-gke-v100-spot.yaml")]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in docs] == ["Service", "ConfigMap"] + ["Pod"] * 4
+    shared = ["Service", "ConfigMap", "NetworkPolicy"]
+    assert [d["kind"] for d in docs] == shared + ["Pod"] * 4
     for d in docs:
         kubernetes_validate.validate(d, K8S_SCHEMA_VERSION, strict=True)
-    assert all(d["spec"]["schedulingGates"] for d in docs[2:])  # --gang gates, the default
+    assert all(d["spec"]["schedulingGates"] for d in docs[3:])  # --gang gates, the default
     # --gang native: the attempt's PodGroup first, every worker its member and ungated
     job = str(EXAMPLES / "gan3d-gke-v100-spot.yaml")
     assert main(["render", "--nodes", str(nodes), "--gang", "native", job]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in docs] == ["Service", "ConfigMap", "PodGroup"] + ["Pod"] * 4
-    group = docs[2]
+    assert [d["kind"] for d in docs] == [*shared, "PodGroup"] + ["Pod"] * 4
+    group = docs[3]
     assert group["apiVersion"] == "scheduling.k8s.io/v1alpha2"
     assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 4}}}
-    for pod in docs[3:]:
+    for pod in docs[4:]:
         assert pod["spec"]["schedulingGroup"] == {"podGroupName": group["metadata"]["name"]}
         assert "schedulingGates" not in pod["spec"]
     # gpus without nodes cannot choose a shape: one line, non-zero

@@ -14,9 +14,11 @@ from kubegan_api.status import Phase, PlacementStatus
 from kubegan_operator.decide.capacity_wait import capacity_backoff, request_capacity
 from kubegan_operator.decide.context import Context, current_condition, stored_plan, transition
 from kubegan_operator.decide.cost_accrual import hourly
+from kubegan_operator.decide.cost_known import record_cost_known
 from kubegan_operator.decide.pod_cleanup import pod_name
 from kubegan_operator.decide.restart import restart_gang
 from kubegan_operator.foundation.podstate import Outcome, WorkerState, is_gated
+from kubegan_operator.manifests.network_policy import render_network_policy
 from kubegan_operator.manifests.objects import render_config_map, render_service
 from kubegan_operator.manifests.pod_groups import held_natively
 from kubegan_operator.manifests.pods import render_pod
@@ -38,7 +40,25 @@ def shared_objects(c: Context) -> bool:
         c.d.create.append(render_service(c.job, stored_plan(c.st) or Plan(True), c.uid))
     if not c.seen.have_config_map:
         c.d.create.append(render_config_map(c.job, c.uid))
+    network_policy(c)
     return False
+
+
+def network_policy(c: Context) -> None:
+    """The job's NetworkPolicy, as the operator's settings render it: created when missing
+    (deleted, or never made), set back when the watch shows it changed (by hand, or by an
+    operator started with other settings)."""
+    settings = c.seen.network_policy
+    if settings is None:
+        return
+    wanted = render_network_policy(c.job, settings, c.uid)
+    seen = c.seen.network_policy_seen
+    if not c.seen.have_network_policy:
+        c.d.create.append(wanted)
+    elif seen is not None and seen["spec"] != wanted["spec"]:
+        # Over the version seen: a policy changed again meanwhile is read again first.
+        wanted["metadata"]["resourceVersion"] = seen["resourceVersion"]
+        c.d.update.append(wanted)
 
 
 def create_gang(c: Context) -> bool:
@@ -105,6 +125,7 @@ def _create_workers(c: Context, plan: Plan) -> None:
     )
     assert st.cost is not None
     st.cost.rate_per_hour = plan.cost_per_hour
+    record_cost_known(c, plan)
     c.d.create += _render_workers(c, plan, range(plan.workers))
     c.condition(
         ConditionType.created,

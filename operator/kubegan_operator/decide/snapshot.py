@@ -16,6 +16,7 @@ from kubegan_api.spec import GANTrainingJobSpec
 
 from kubegan_operator.foundation.kueue import QueueWait
 from kubegan_operator.foundation.trainer_metrics import ProgressUpdate
+from kubegan_operator.manifests.network_policy import NetworkPolicySettings
 from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.placement.plan import Plan
 
@@ -57,6 +58,12 @@ class JobSnapshot:
     # Who the workers of a job naming no service account run as in this namespace
     # (--worker-identity, the chart's workerIdentity): a workload identity for its bucket.
     default_identity: WorkerIdentity | None = None
+    # What the job's NetworkPolicy admits (--network-policy); None: the operator makes none.
+    network_policy: NetworkPolicySettings | None = None
+    have_network_policy: bool = False  # shown by the watch, or created and not shown yet
+    # It as the watch shows it, {resourceVersion, spec}, so a policy changed is set back;
+    # None: not shown, or shown as it was before the operator set it back.
+    network_policy_seen: Mapping[str, Any] | None = None
 
     @property
     def uid(self) -> str | None:

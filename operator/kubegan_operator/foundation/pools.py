@@ -304,4 +304,6 @@ def new_node(template: PoolTemplate, shape: NodeShape, i: int) -> NodeInfo:
         tpu_accelerator="",
         tpu_topology="",
         planned=True,
+        cpu=shape.cpu,
+        memory=shape.memory,
     )

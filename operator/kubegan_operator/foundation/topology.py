@@ -45,6 +45,9 @@ SPOT_LABELS: dict[str, str] = {
 
 # Taints the operator tolerates by itself (DESIGN §3), by what the job uses.
 GPU_TAINT_KEYS = ("nvidia.com/gpu",)
+# AKS's GPU guide taints GPU pools sku=gpu:NoSchedule; tolerated by value, as other teams use
+# the key `sku` for other things.
+GPU_TAINT_VALUES = (("sku", "gpu"),)
 TPU_TAINT_KEYS = ("google.com/tpu",)
 SPOT_TAINT_KEYS = (
     "cloud.google.com/gke-spot",
@@ -89,6 +92,10 @@ class NodeInfo:
     tpu_topology: str
     # A node an autoscaled pool would add (pools.new_node), not one that exists.
     planned: bool = False
+    # Allocatable CPU and memory (0: not known): the node's shape, of which a worker whose
+    # job names no cpu/memory requests its share (placement.worker_share).
+    cpu: Decimal = Decimal(0)
+    memory: Decimal = Decimal(0)
 
 
 # ---- the fields of Node and Pod objects that placement reads ------------------------------
@@ -403,4 +410,6 @@ def _node_info(doc: _NodeDoc, used: Mapping[str, Decimal]) -> NodeInfo:
         accelerator=_first_label(labels, ACCELERATOR_LABELS),
         tpu_accelerator=labels.get(TPU_ACCELERATOR_LABEL, ""),
         tpu_topology=labels.get(TPU_TOPOLOGY_LABEL, ""),
+        cpu=parse_quantity(alloc.get("cpu", 0)),
+        memory=parse_quantity(alloc.get("memory", 0)),
     )

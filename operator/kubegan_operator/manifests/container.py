@@ -13,6 +13,7 @@ from kubegan_api.contract import (
     CONFIG_PATH,
     CONTAINER_NAME,
     ENV_TRAINER_IMAGE_TF,
+    ENV_TRAINER_IMAGE_TF_TPU,
     ENV_TRAINER_IMAGE_TORCH,
     worker_name,
 )
@@ -25,6 +26,7 @@ from kubegan_operator import __version__
 from kubegan_operator.foundation.topology import GPU_RESOURCE, TPU_RESOURCE
 from kubegan_operator.manifests.objects import peer_port
 from kubegan_operator.placement.plan import Plan
+from kubegan_operator.placement.worker_share import MIN_CPU_TEXT, MIN_MEMORY_TEXT
 
 # The Helm chart's trainerImages reach the operator as these variables (charts/kubegan).
 DEFAULT_IMAGES = {
@@ -33,6 +35,18 @@ DEFAULT_IMAGES = {
     Framework.tensorflow: os.environ.get(ENV_TRAINER_IMAGE_TF)
     or f"ghcr.io/kubegan/trainer-tf:{__version__}",
 }
+# TensorFlow on TPUs needs tensorflow-tpu and libtpu, which only this image has.
+DEFAULT_TPU_IMAGE = (
+    os.environ.get(ENV_TRAINER_IMAGE_TF_TPU) or f"ghcr.io/kubegan/trainer-tf-tpu:{__version__}"
+)
+
+
+def default_image(job: GANTrainingJob, plan: Plan) -> str:
+    """The trainer image of a job that names none: its framework's, or the TPU one when the
+    plan puts it on TPU chips."""
+    if plan.tpu_chips_per_worker and job.spec.framework is Framework.tensorflow:
+        return DEFAULT_TPU_IMAGE
+    return DEFAULT_IMAGES[job.spec.framework]
 
 
 def worker_hosts(job: GANTrainingJob, plan: Plan) -> list[str]:
@@ -86,16 +100,28 @@ def bucket_credentials(secret: str) -> list[dict[str, Any]]:
     ]
 
 
+def worker_cpu(job: GANTrainingJob, plan: Plan) -> str:
+    """The CPU one worker requests: the spec's, else its share of the planned node
+    (placement.worker_share), else the documented minimum."""
+    cpu = job.spec.resources.cpu
+    return str(cpu) if cpu is not None else plan.cpu_per_worker or MIN_CPU_TEXT
+
+
+def worker_memory(job: GANTrainingJob, plan: Plan) -> str:
+    """The memory one worker requests, chosen as its CPU is (worker_cpu)."""
+    memory = job.spec.resources.memory
+    return str(memory) if memory is not None else plan.memory_per_worker or MIN_MEMORY_TEXT
+
+
 def worker_resources(job: GANTrainingJob, plan: Plan) -> dict[str, dict[str, str]]:
-    """Requests and limits of one worker: the spec's CPU and memory, the plan's accelerators.
-    CPU is only requested; memory and accelerators are limited at what is requested."""
-    r = job.spec.resources
-    requests: dict[str, str] = {}
+    """Requests and limits of one worker: CPU and memory (never none: a BestEffort worker is
+    evicted first), the plan's accelerators. CPU is only requested; memory the spec names and
+    accelerators are limited at what is requested. A share the operator chose is only
+    requested: a guess must not OOM-kill a trainer that would run within the node."""
+    requests: dict[str, str] = {"cpu": worker_cpu(job, plan), "memory": worker_memory(job, plan)}
     limits: dict[str, str] = {}
-    if r.cpu is not None:
-        requests["cpu"] = str(r.cpu)
-    if r.memory is not None:
-        requests["memory"] = limits["memory"] = str(r.memory)
+    if job.spec.resources.memory is not None:
+        limits["memory"] = requests["memory"]
     if plan.gpus_per_worker:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(plan.gpus_per_worker)
     if plan.tpu_chips_per_worker:
@@ -115,7 +141,7 @@ def trainer_container(
     spec = job.spec
     return {
         "name": CONTAINER_NAME,
-        "image": image or spec.image or DEFAULT_IMAGES[spec.framework],
+        "image": image or spec.image or default_image(job, plan),
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "kubegan_trainer"],
         "env": worker_env(job, plan, index, cost_rate_per_hour),

@@ -20,8 +20,9 @@ from kubegan_api.contract import (
 from kubegan_api.spec import GANTrainingJob
 
 from kubegan_operator.manifests.affinity import planned_node, worker_affinity
-from kubegan_operator.manifests.container import trainer_container
+from kubegan_operator.manifests.container import trainer_container, worker_memory
 from kubegan_operator.manifests.kueue_group import kueue_group
+from kubegan_operator.manifests.network_policy import NetworkPolicySettings, render_network_policy
 from kubegan_operator.manifests.objects import object_metadata, render_config_map, render_service
 from kubegan_operator.manifests.template_overlay import apply_pod_template
 from kubegan_operator.manifests.volumes import worker_volumes
@@ -62,7 +63,7 @@ def render_pod(
 ) -> dict[str, Any]:
     """Worker `index` of the gang `plan` places, in attempt `attempt`."""
     name = job.metadata.name
-    volumes, mounts = worker_volumes(job)
+    volumes, mounts = worker_volumes(job, worker_memory(job, plan))
     container = trainer_container(
         job, plan, index, mounts, image=image, cost_rate_per_hour=cost_rate_per_hour
     )
@@ -112,12 +113,16 @@ def render_all(
     uid: str | None = None,
     attempt: int = 0,
     image: str | None = None,
+    network_policy: NetworkPolicySettings | None = None,
 ) -> list[dict[str, Any]]:
+    """The job's objects for `plan`, as the operator creates them: its NetworkPolicy too
+    unless `network_policy` is None (the operator's --no-network-policy)."""
     if not plan.feasible:
         raise ValueError(f"cannot render an infeasible plan: {plan.reason}")
     return [
         render_service(job, plan, uid),
         render_config_map(job, uid),
+        *([render_network_policy(job, network_policy, uid)] if network_policy else []),
         *(
             render_pod(job, plan, i, uid=uid, attempt=attempt, image=image)
             for i in range(plan.workers)

@@ -21,11 +21,18 @@ class Plan:
     accelerator: str = ""
     cost_per_hour: float = 0.0
     reason: str = ""
+    # What the price table has no price for (machine types, accelerators): cost_per_hour
+    # counts the rest, and the job's CostKnown condition says what is missing.
+    unpriced: tuple[str, ...] = ()
     # Nodes an autoscaled pool must add for this plan (its workers beyond `nodes` wait for
     # them, pinned to the pool), and where they come from, for the status and the events.
     new_nodes: int = 0
     pool_source: str = ""
     pool_limits: str = ""
+    # What each worker requests when the job names no cpu/memory (placement.worker_share);
+    # "" where the job names its own, or no node's shape is known.
+    cpu_per_worker: str = ""
+    memory_per_worker: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +47,7 @@ class Plan:
             "poolLabel": self.pool_label,
             "accelerator": self.accelerator,
             "costPerHour": self.cost_per_hour,
+            "unpriced": list(self.unpriced),
             "reason": self.reason,
             **(
                 {
@@ -50,6 +58,8 @@ class Plan:
                 if self.new_nodes
                 else {}
             ),
+            **({"cpuPerWorker": self.cpu_per_worker} if self.cpu_per_worker else {}),
+            **({"memoryPerWorker": self.memory_per_worker} if self.memory_per_worker else {}),
         }
 
     @classmethod
@@ -67,10 +77,13 @@ class Plan:
             pool_label=str(data.get("poolLabel", "")),
             accelerator=str(data.get("accelerator", "")),
             cost_per_hour=float(data.get("costPerHour", 0.0)),
+            unpriced=tuple(str(u) for u in data.get("unpriced") or ()),
             reason=str(data.get("reason", "")),
             new_nodes=int(data.get("newNodes", 0)),
             pool_source=str(data.get("poolSource", "")),
             pool_limits=str(data.get("poolLimits", "")),
+            cpu_per_worker=str(data.get("cpuPerWorker", "")),
+            memory_per_worker=str(data.get("memoryPerWorker", "")),
         )
 
     def waits_for_capacity(self) -> bool:

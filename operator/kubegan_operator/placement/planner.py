@@ -16,7 +16,8 @@ from kubegan_api.sections import Strategy
 from kubegan_api.spec import GANTrainingJobSpec
 from kubegan_trainer.worker.distribution import decide_strategy
 
-from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable, WorkerRequest, cost_per_hour
+from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
+from kubegan_operator.api.rates import NodeBilling, Rate, WorkerRequest, cost_rate
 from kubegan_operator.foundation.pools import (
     MAX_NEW_NODES,
     PoolTemplate,
@@ -31,6 +32,7 @@ from kubegan_operator.foundation.topology import (
 )
 from kubegan_operator.placement.eligibility import Requirements, ineligibility
 from kubegan_operator.placement.plan import Plan
+from kubegan_operator.placement.worker_share import default_requests
 
 MAX_LISTED = 6  # skipped nodes named in a reason before "and N more"
 
@@ -202,14 +204,16 @@ def plan_on_pools(
     can. Each pool is planned alone: a gang spread over two pools would wait for two
     autoscalers, and one worker per node with all its GPUs holds for the new nodes too."""
     req = Requirements.of(spec)
-    options: list[tuple[tuple[bool, float, int, str], Plan]] = []
+    options: list[tuple[tuple[bool, bool, float, int, str], Plan]] = []
     notes: list[str] = []
     for pool in pools:
         best, why = _plan_on_pool(spec, req, inventory, pool, prices)
         if best is None:
             notes.append(f"{pool.source}: {why}")
         else:
-            options.append(((not best.spot, best.cost_per_hour, best.new_nodes, pool.name), best))
+            # A pool the table cannot price is no cheaper for it: priced pools first.
+            key = (not best.spot, bool(best.unpriced), best.cost_per_hour, best.new_nodes)
+            options.append(((*key, pool.name), best))
     if not options:
         return None, "; ".join(notes[:MAX_LISTED]) + (
             f"; and {len(notes) - MAX_LISTED} more" if len(notes) > MAX_LISTED else ""
@@ -305,6 +309,10 @@ def _plan_tpu(
 
 
 def _worker_request(spec: GANTrainingJobSpec, accelerators: int) -> WorkerRequest:
+    """What each worker is priced for: its accelerators and the cpu/memory its job names. The
+    requests a job that names none is given (placement.worker_share) are a margin sized from
+    each node, not the job's ask: pricing them would make a rate follow node sizes (and a
+    local run, whose machine has none, disagree with the operator)."""
     return WorkerRequest.of(accelerators, spec.resources.cpu, spec.resources.memory)
 
 
@@ -318,13 +326,16 @@ def _feasible(
     def accelerator_of(n: NodeInfo) -> str:
         return n.tpu_accelerator if tpu_chips_per_worker else n.accelerator
 
-    rate = cost_per_hour(
+    pools = {(n.pool, n.pool_label) for n in chosen}
+    cpu, memory = default_requests(
+        chosen, gpus_per_worker or tpu_chips_per_worker, tpu=bool(tpu_chips_per_worker)
+    )
+    rate = cost_rate(
         _worker_request(spec, gpus_per_worker or tpu_chips_per_worker),
-        [(accelerator_of(n), n.spot) for n in chosen],
+        [NodeBilling.of(n, tpu=bool(tpu_chips_per_worker)) for n in chosen],
         prices,
         spec.cost.accelerator_hourly_price,
     )
-    pools = {(n.pool, n.pool_label) for n in chosen}
     accelerators = (
         {accelerator_of(n) for n in chosen} if (gpus_per_worker or tpu_chips_per_worker) else set()
     )
@@ -339,8 +350,11 @@ def _feasible(
         pool=next(iter(pools))[0] if len(pools) == 1 else "",
         pool_label=next(iter(pools))[1] if len(pools) == 1 else "",
         accelerator=accelerators.pop() if len(accelerators) == 1 else "",
-        cost_per_hour=rate,
+        cost_per_hour=rate.per_hour,
+        unpriced=rate.unpriced,
         reason="",
+        cpu_per_worker="" if spec.resources.cpu is not None else cpu,
+        memory_per_worker="" if spec.resources.memory is not None else memory,
     )
 
 
@@ -365,19 +379,16 @@ def static_plan(spec: GANTrainingJobSpec, prices: PriceTable = DEFAULT_PRICES) -
                 f"a whole number of {per_host}-chip hosts",
             )
         hosts = chips // per_host
-        price = r.tpu and cost_per_hour(
-            _worker_request(spec, per_host),
-            [(r.tpu.accelerator, False)] * hosts,
-            prices,
-            spec.cost.accelerator_hourly_price,
-        )
+        host = NodeBilling("", r.tpu.accelerator, False, per_host, tpu=True)
+        rate = _static_rate(spec, per_host, host, hosts, prices)
         return Plan(
             True,
             workers=hosts,
             tpu_chips_per_worker=per_host,
             strategy=resolve_strategy(spec, hosts),
             accelerator=r.tpu.accelerator,
-            cost_per_hour=price,
+            cost_per_hour=rate.per_hour,
+            unpriced=rate.unpriced,
         )
     if r.workers is None:
         return Plan(
@@ -386,17 +397,23 @@ def static_plan(spec: GANTrainingJobSpec, prices: PriceTable = DEFAULT_PRICES) -
             reason="spec.resources.gpus: the shape depends on the nodes; pass --nodes",
         )
     per_worker = r.gpus_per_worker or 0
-    rate = cost_per_hour(
-        _worker_request(spec, per_worker),
-        [(r.accelerator, False)] * r.workers,
-        prices,
-        spec.cost.accelerator_hourly_price,
-    )
+    node = NodeBilling("", r.accelerator, False, per_worker)
+    rate = _static_rate(spec, per_worker, node, r.workers, prices)
     return Plan(
         True,
         workers=r.workers,
         gpus_per_worker=per_worker,
         strategy=resolve_strategy(spec, r.workers),
         accelerator=r.accelerator,
-        cost_per_hour=rate,
+        cost_per_hour=rate.per_hour,
+        unpriced=rate.unpriced,
     )
+
+
+def _static_rate(
+    spec: GANTrainingJobSpec, per_worker: int, node: NodeBilling, workers: int, prices: PriceTable
+) -> Rate:
+    """With no node known, each worker is priced on a node of no known machine type (its
+    accelerator per device, and what it requests)."""
+    request = _worker_request(spec, per_worker)
+    return cost_rate(request, [node] * workers, prices, spec.cost.accelerator_hourly_price)

@@ -8,8 +8,9 @@ then events in the background.
 What the operator writes, its watch shows only later, and a level-based reconcile must not
 act twice on one state. So before anything is sent, `Applier.apply` records in one place
 what the decision will make the watch show (Expectations): pods present, going or
-ungated, the Service and ConfigMap made, the new workers' usage on their planned nodes (the
-next plan on the event loop counts them); after the status write, the job as it returned.
+ungated, the Service, ConfigMap and NetworkPolicy made, the new workers' usage on their
+planned nodes (the next plan on the event loop counts them); after the status write, the job
+as it returned.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from kubegan_operator.runtime.expectations import Expectations, Seen
 from kubegan_operator.runtime.indexes import JobKey, index_job_pod
 from kubegan_operator.runtime.threads import ApiThreads
 
-SHARED_KINDS = frozenset({"Service", "ConfigMap"})
+SHARED_KINDS = frozenset({"Service", "ConfigMap", "NetworkPolicy"})
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ class Applier:
                 raise
             written = await self.threads.run(self._refused, key, seen, d, err)
             return self._written(key, Applied(written))
+        # A job's NetworkPolicy found changed: its spec set back.
+        await self.threads.all(self.kube.patch_spec, [(obj,) for obj in d.update])
         await self.threads.all(self.kube.lift_gates, lifts)
         await self.threads.all(
             self.kube.delete_pod, [(namespace, pod, force) for pod, force in d.delete_pods]
@@ -122,6 +125,8 @@ class Applier:
         shared = {o.get("kind", "") for o in d.create} & SHARED_KINDS
         if shared:
             self.expectations.made(key, shared)
+        for obj in d.update:
+            self.expectations.patched(key, obj["metadata"]["resourceVersion"])
 
     def _written(self, key: JobKey, applied: Applied) -> Applied:
         """The job as the status write returned it is read instead of the watch's until the

@@ -37,6 +37,7 @@ from kubegan_operator.decide.context import Decision
 from kubegan_operator.decide.kueue_steps import kueue_finalizers_due
 from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.decide.snapshot import JobSnapshot, WorkerIdentity
+from kubegan_operator.manifests.network_policy import NetworkPolicySettings
 from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.runtime import metrics
 from kubegan_operator.runtime.apply import Applier
@@ -90,6 +91,7 @@ class Controller:
         gang: GangMode = GangMode.gates,
         default_queues: Mapping[str, str] | None = None,
         identities: Mapping[str, WorkerIdentity] | None = None,
+        network_policy: NetworkPolicySettings | None = None,
     ) -> None:
         self.kube = kube
         self.pools = pools or PoolSource()
@@ -113,6 +115,7 @@ class Controller:
             gang,
             default_queues,
             identities,
+            network_policy,
         )
         self.applier = Applier(kube, self.expectations, self.threads)
         self._nodes_seen: dict[str, tuple[Any, ...]] = {}
@@ -133,6 +136,8 @@ class Controller:
             config_maps=indices["kubegan_config_maps"],
             expectations=self.expectations,
             capacity=self.capacity,
+            # Indexed only with --network-policy (kopf_handlers.watch_network_policies).
+            network_policies=indices.get("kubegan_network_policies"),
         )
 
     def lead(self) -> None:

@@ -41,8 +41,12 @@ class JobExpectations:
     pods: dict[str, tuple[str, float]] = field(default_factory=dict)
     reserved: dict[str, PodUsage] = field(default_factory=dict)  # created, not seen yet
     written: dict[str, Any] | None = None  # the job as the status write returned it
-    # "Service"/"ConfigMap" created (or found there), not seen yet -> until when that holds
+    # "Service"/"ConfigMap"/"NetworkPolicy" created (or found there), not seen yet -> until
+    # when that holds
     shared: dict[str, float] = field(default_factory=dict)
+    # The resourceVersion of the job's NetworkPolicy that a patch set back, until the watch
+    # shows another (a patch that changed nothing makes none: then the policy is left be).
+    patched_over: str | None = None
 
 
 class Expectations:
@@ -66,7 +70,8 @@ class Expectations:
         pods[pod] = (what, self.clock() + EXPECTATION_TIMEOUT_SECONDS)
 
     def made(self, key: JobKey, kinds: Iterable[str]) -> None:
-        """The job's Service/ConfigMap exist (created or found): until the watch shows them."""
+        """The job's Service/ConfigMap/NetworkPolicy exist (created or found): until the watch
+        shows them."""
         until = self.clock() + EXPECTATION_TIMEOUT_SECONDS
         for kind in kinds:
             self.of(key).shared[kind] = until
@@ -82,6 +87,19 @@ class Expectations:
             if kind in shown or until <= now:
                 del exp.shared[kind]
         return set(exp.shared)
+
+    def patched(self, key: JobKey, version: str) -> None:
+        self.of(key).patched_over = version
+
+    def set_back(self, key: JobKey, version: str) -> bool:
+        """Whether the watch still shows the policy at `version`, the one a patch set back."""
+        exp = self.jobs.get(key)
+        if exp is None or exp.patched_over is None:
+            return False
+        if exp.patched_over == version:
+            return True
+        exp.patched_over = None
+        return False
 
     def reserve(self, key: JobKey, usage: PodUsage) -> None:
         self.of(key).reserved[usage.name] = usage

@@ -111,6 +111,16 @@ def index_owned(body: Mapping[str, Any]) -> dict[JobKey, bool]:
     return {(meta.get("namespace", ""), meta.get("name", "")): True}
 
 
+def index_network_policy(body: Mapping[str, Any]) -> dict[JobKey, dict[str, Any]]:
+    """A job's NetworkPolicy (it carries the job's label): its resourceVersion and spec, by
+    (namespace, name), so a policy changed since it was created is seen and set back."""
+    meta = body.get("metadata") or {}
+    if not (meta.get("labels") or {}).get(JOB_NAME_LABEL):
+        return {}
+    seen = {"resourceVersion": meta.get("resourceVersion", ""), "spec": body.get("spec") or {}}
+    return {(meta.get("namespace", ""), meta.get("name", "")): seen}
+
+
 def index_job(body: Mapping[str, Any]) -> dict[JobKey, dict[str, Any]]:
     meta = body.get("metadata") or {}
     slim = {k: body.get(k) for k in ("apiVersion", "kind", "spec", "status")}

@@ -30,6 +30,7 @@ from kubegan_operator.runtime.indexes import (
     NodeEntry,
     index_job,
     index_job_pod,
+    index_network_policy,
     index_node,
     index_owned,
     index_pod_usage,
@@ -72,6 +73,34 @@ async def kubegan_config_maps(body: kopf.Body, **_: Any) -> dict[JobKey, bool]:
     return index_owned(dict(body))
 
 
+async def kubegan_network_policies(body: kopf.Body, **_: Any) -> dict[JobKey, dict[str, Any]]:
+    return index_network_policy(dict(body))
+
+
+async def _on_network_policy(
+    event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any
+) -> None:
+    """A job's policy deleted or changed: its job is queued, to create it again or set it
+    back (its creation needs nothing: the job's sync made it)."""
+    if event.get("type") in ("DELETED", "MODIFIED"):
+        meta = body.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+        if job:
+            _ctl(memo).job_event((meta.get("namespace", ""), job))
+
+
+NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
+
+
+def watch_network_policies() -> None:
+    """Index the jobs' NetworkPolicies and queue a job whose policy is deleted or changed.
+    Registered only with --network-policy: without it the chart grants no access to them,
+    and a watch kopf could not list would hold back every handler."""
+    own = {JOB_NAME_LABEL: kopf.PRESENT}
+    kopf.index(*NETWORK_POLICIES, labels=own)(kubegan_network_policies)
+    kopf.on.event(*NETWORK_POLICIES, labels=own)(_on_network_policy)
+
+
 class NoDiffBase(kopf.DiffBaseStorage):
     """kopf deep-copies every watched object on every event to diff it against the last
     one handled; only on.create/update/field handlers read that diff, and this operator has
@@ -106,10 +135,13 @@ async def _configure(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) 
     settings.watching.server_timeout = 60
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.watching.client_timeout = 90
-    # Services and ConfigMaps: only the jobs' own, filtered by the apiserver (a cluster has
-    # many ConfigMaps, and kopf would otherwise stream every one of them to the operator).
+    # Services, ConfigMaps and NetworkPolicies: only the jobs' own, filtered by the apiserver
+    # (a cluster has many ConfigMaps, and kopf would otherwise stream every one of them).
     settings.watching.label_selectors[
-        lambda r: r.group == "" and r.plural in ("services", "configmaps")
+        lambda r: (
+            (r.group, r.plural)
+            in {("", "services"), ("", "configmaps"), ("networking.k8s.io", "networkpolicies")}
+        )
     ] = JOB_NAME_LABEL
     ctl = _ctl(memo)
     ctl.attach(kwargs)

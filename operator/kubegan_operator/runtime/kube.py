@@ -69,6 +69,7 @@ _CREATED = {
     "Service": "/api/v1/namespaces/{ns}/services",
     "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
     "Pod": "/api/v1/namespaces/{ns}/pods",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
     POD_GROUP_KIND: f"/apis/{POD_GROUP_API}/namespaces/{{ns}}/{POD_GROUP_PLURAL}",
 }
 
@@ -246,6 +247,23 @@ class Kube:
             if err.status != 409:  # already there: a previous reconcile got this far
                 raise
             return None
+
+    def patch_spec(self, obj: dict[str, Any]) -> None:
+        """Set a NetworkPolicy's spec back to `obj`'s (a merge patch: its lists replace the
+        stored ones, and a field of the policy's spec it lacks is removed), over the version
+        `obj` names (409 otherwise: read again); gone meanwhile is fine (the next sync
+        creates it again)."""
+        meta = obj["metadata"]
+        stored = ("podSelector", "policyTypes", "ingress", "egress")
+        body: dict[str, Any] = {"spec": {k: obj["spec"].get(k) for k in stored}}
+        if meta.get("resourceVersion"):  # only over the version the decision saw
+            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        path = _CREATED[obj["kind"]].format(ns=meta["namespace"]) + f"/{meta['name']}"
+        try:
+            self._send("PATCH", path, body, "application/merge-patch+json", answer=False)
+        except ApiException as err:
+            if err.status != 404:
+                raise
 
     def lift_gates(self, namespace: str, name: str) -> None:
         """Remove kubegan's gang gate, and only it: other controllers' gates (Kueue's

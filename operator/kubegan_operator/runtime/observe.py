@@ -17,6 +17,7 @@ from kubegan_api.contract import (
     KUEUE_POD_GROUP_LABEL,
     KUEUE_QUEUE_LABEL,
     config_map_name,
+    network_policy_name,
     service_name,
 )
 from kubegan_api.spec import GANTrainingJobSpec
@@ -28,6 +29,7 @@ from kubegan_operator.foundation.kueue import QueueWait, queue_wait
 from kubegan_operator.foundation.podstate import queued_by_kueue
 from kubegan_operator.foundation.pools import PoolTemplate
 from kubegan_operator.foundation.topology import PodUsage, pod_usage
+from kubegan_operator.manifests.network_policy import NetworkPolicySettings
 from kubegan_operator.placement.gang import GangMode
 from kubegan_operator.placement.plan import Plan
 from kubegan_operator.placement.planner import plan
@@ -57,8 +59,11 @@ class Observer:
         gang: GangMode = GangMode.gates,
         default_queues: Mapping[str, str] | None = None,
         identities: Mapping[str, WorkerIdentity] | None = None,
+        network_policy: NetworkPolicySettings | None = None,
     ) -> None:
         self.kube, self.expectations, self.prices = kube, expectations, prices
+        # What every job's NetworkPolicy admits (--network-policy); None: no policies.
+        self.network_policy = network_policy
         self.gang = gang
         # namespace -> the LocalQueue of jobs there that name none (--default-queue).
         self.default_queues = dict(default_queues or {})
@@ -98,6 +103,9 @@ class Observer:
             now=now,
             have_service="Service" in have,
             have_config_map="ConfigMap" in have,
+            network_policy=self.network_policy,
+            have_network_policy="NetworkPolicy" in have,
+            network_policy_seen=self._network_policy(view, key),
             plan=self._planner(view, key, extra),
             progress=progress,
             unbindable=view.unbindable(key, owned),
@@ -128,16 +136,24 @@ class Observer:
         return wait
 
     def _shared_objects(self, view: View, key: JobKey) -> set[str]:
-        """The job's Service and ConfigMap kinds that exist: shown by the watch, or created
-        (or found there) by this or an earlier sync and not shown yet. Asking the apiserver
-        again for one the watch lagged on was a 409 for one job in seven at 1000 nodes."""
+        """The job's Service, ConfigMap and NetworkPolicy kinds that exist: shown by the
+        watch, or created (or found there) by this or an earlier sync and not shown yet.
+        Asking the apiserver again for one the watch lagged on was a 409 for one job in seven
+        at 1000 nodes."""
         namespace, name = key
-        shown = {
-            kind
-            for kind, obj in (("Service", service_name(name)), ("ConfigMap", config_map_name(name)))
-            if view.has(kind, (namespace, obj))
-        }
+        objects = [("Service", service_name(name)), ("ConfigMap", config_map_name(name))]
+        if self.network_policy is not None:
+            objects.append(("NetworkPolicy", network_policy_name(name)))
+        shown = {kind for kind, obj in objects if view.has(kind, (namespace, obj))}
         return shown | self.expectations.unseen_made(key, shown)
+
+    def _network_policy(self, view: View, key: JobKey) -> dict[str, Any] | None:
+        """The job's policy as the watch shows it, unless that is the version this operator
+        set back and the watch does not show the result yet."""
+        seen = view.network_policy((key[0], network_policy_name(key[1])))
+        if seen is None or self.expectations.set_back(key, seen["resourceVersion"]):
+            return None
+        return seen
 
     def _planner(self, view: View, key: JobKey, extra: list[PodUsage]) -> Planner:
         def plan_now(spec: GANTrainingJobSpec) -> Plan:

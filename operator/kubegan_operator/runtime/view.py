@@ -34,6 +34,8 @@ class View:
     config_maps: Mapping[JobKey, Any]
     expectations: Expectations
     capacity: FreeCapacity  # fed by the node and pod-usage index handlers
+    # The jobs' NetworkPolicies as indexed (None: not watched, the operator makes none).
+    network_policies: Mapping[JobKey, Any] | None = None
 
     def job(self, key: JobKey) -> dict[str, Any] | None:
         seen = stored(self.jobs.get(key))
@@ -51,7 +53,15 @@ class View:
         return list(self.job_pods.get(key) or ())
 
     def has(self, kind: str, key: JobKey) -> bool:
+        if kind == "NetworkPolicy":
+            return key in (self.network_policies or {})
         return key in (self.services if kind == "Service" else self.config_maps)
+
+    def network_policy(self, key: JobKey) -> dict[str, Any] | None:
+        """A job's NetworkPolicy as the watch shows it ({resourceVersion, spec}); None when
+        not shown."""
+        seen: dict[str, Any] | None = stored((self.network_policies or {}).get(key))
+        return seen
 
     def node_ready(self, now: datetime) -> Mapping[str, bool]:
         """Every node: Ready, or NotReady for less than the grace period. Read lazily: a

@@ -25,6 +25,7 @@ from kubegan_api.contract import (
 )
 from kubegan_api.sections import TrainerConfig
 
+from kubegan_trainer.backends.torch.rendezvous import all_local, local_collectives, local_store
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.signals import StopFlag
@@ -69,6 +70,25 @@ def run(env: ClusterEnv, config: TrainerConfig, hooks=None) -> int:  # type: ign
                 if other.is_alive():
                     other.terminate()
     return code if code >= 0 else 128 - code
+
+
+def _rendezvous(env: ClusterEnv, backend: str, rank: int, world: int, timeout: timedelta) -> None:
+    """Join the job's process group: on loopback when every rank is on this machine
+    (rendezvous.py), else at MASTER_ADDR:MASTER_PORT, which the other workers reach."""
+    import torch.distributed as dist
+
+    if all_local(env):
+        local_collectives()
+        store = local_store(env, rank, world, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        return
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
+    )
 
 
 def _child(env: ClusterEnv, config: TrainerConfig, local_rank: int, hooks=None) -> None:  # type: ignore[no-untyped-def]
@@ -124,13 +144,7 @@ def worker(
                 f"{ENV_MASTER_ADDR}/{ENV_MASTER_PORT}: required when "
                 f"{ENV_NNODES} x {ENV_NPROC_PER_NODE} > 1"
             )
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://{env.master_addr}:{env.master_port}",
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(minutes=10),
-        )
+        _rendezvous(env, backend, rank, world, timedelta(minutes=10))
     else:  # a one-rank group keeps ZeRO and the collectives uniform
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     ctrl = dist.new_group(backend="gloo") if backend == "nccl" and world > 1 else None
