@@ -60,6 +60,8 @@ ENV_TF_LOGICAL_CPUS = "KUBEGAN_TF_LOGICAL_CPUS"
 # The Helm chart's trainerImages reach the operator as these.
 ENV_TRAINER_IMAGE_TORCH = "KUBEGAN_TRAINER_IMAGE_TORCH"
 ENV_TRAINER_IMAGE_TF = "KUBEGAN_TRAINER_IMAGE_TF"
+# TensorFlow jobs on TPUs: the trainer-tf-tpu image (tensorflow-tpu and libtpu).
+ENV_TRAINER_IMAGE_TF_TPU = "KUBEGAN_TRAINER_IMAGE_TF_TPU"
 # "true" on the operator (the chart's workers.allowHostPath) lets spec.podTemplate mount
 # hostPath volumes; anything else refuses them.
 ENV_ALLOW_HOST_PATH = "KUBEGAN_ALLOW_HOST_PATH"

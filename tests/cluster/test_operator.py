@@ -13,11 +13,13 @@ from kubegan_api.contract import (
     ATTEMPT_LABEL,
     ENV_TPU_WORKER_ID,
     JOB_COST_RATE,
+    JOB_COST_UNPRICED,
     JOB_NAME_LABEL,
     RECONCILE_DURATION,
     TORCH_MASTER_PORT,
 )
 from kubegan_api.spec import GANTrainingJob
+from kubegan_operator.api.pricing import DEFAULT_PRICES
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.manifests.pods import render_pod
 from kubegan_operator.placement.planner import plan
@@ -133,9 +135,15 @@ def test_32_gpus_on_v100_pool(
         assert p["status"]["phase"] == "Running"
     status = job_status(cluster, namespace, "gan3d-v100")
     assert status["placement"]["workers"] == 4 and status["placement"]["gpusPerWorker"] == 8
-    # 32 spot V100s, and each of the 4 workers' 32 vCPUs and 200 GiB at the E2 spot prices.
-    cpu_and_memory = 4 * (32 * 0.006543 + 200 * 0.000877)
-    assert status["cost"]["ratePerHour"] == pytest.approx(32 * 0.82 + cpu_and_memory)
+    # The nodes are GKE N1 (n1-standard-96), billed per resource: each of the 4 workers' 8
+    # attached V100s, 32 vCPUs and 200 GiB at the default table's spot prices; all priced.
+    t = DEFAULT_PRICES
+    assert t.cpu is not None and t.memory is not None
+    v100, cpu, memory = t.accelerators["nvidia-tesla-v100"].spot, t.cpu.spot, t.memory.spot
+    assert v100 and cpu and memory
+    each = 8 * v100 + 32 * cpu + 200 * memory
+    assert status["cost"]["ratePerHour"] == pytest.approx(4 * each)
+    assert condition(status, "CostKnown")["status"] == "True"
     assert condition(status, "CheckpointsPersistent")["status"] == "False"
     table = cluster.run("get", "ganjob", "-n", namespace).stdout.splitlines()
     assert table[0].split() == [
@@ -164,6 +172,7 @@ def test_32_gpus_on_v100_pool(
         assert obj["metadata"]["ownerReferences"][0]["kind"] == "GANTrainingJob"
     metrics = operator.metrics()
     assert f'{JOB_COST_RATE}{{ganjob="gan3d-v100",namespace="{namespace}"}}' in metrics
+    assert f'{JOB_COST_UNPRICED}{{ganjob="gan3d-v100",namespace="{namespace}"}} 0.0' in metrics
     assert f"{RECONCILE_DURATION}_count" in metrics
 
 

@@ -44,6 +44,7 @@ def test_unknown_keys_are_rejected(setting: str, key: str) -> None:
         "operator.healthPort=70000",
         "operator.progressIntervalSeconds=0",
         "prices.accelerators.nvidia-tesla-t4.spot=-1",
+        "prices.catalogue=gcp-mars1",
         "monitoring.prometheusRule.noProgressMinutes=0",
         "image.pullPolicy=Sometimes",
         "monitoring.podMonitor.interval=30",

@@ -4,6 +4,7 @@ security context, price table, images, monitors that match the worker pods)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kubernetes_validate
@@ -17,7 +18,7 @@ from kubegan_api.contract import (
 )
 from kubegan_api.spec import GANTrainingJob
 from kubegan_operator.api.loading import load_prices
-from kubegan_operator.api.pricing import DEFAULT_PRICES
+from kubegan_operator.api.pricing import DEFAULT_PRICES, catalogue
 from kubegan_operator.manifests.pods import render_pod
 from kubegan_operator.placement.planner import static_plan
 
@@ -202,15 +203,9 @@ def test_price_table_reaches_the_operator(preset: str, tmp_path) -> None:
         # The chart's default table is the operator's built-in one.
         assert table == DEFAULT_PRICES
     else:
-        assert table.source == values["source"] and table.as_of == values["asOf"]
-        # null entries delete the chart's defaults (values-aks.yaml: no GCP prices on AKS)
-        assert set(table.prices) == {k for k, v in values["accelerators"].items() if v}
-        for unit in ("cpu", "memory"):  # null: only accelerators are charged
-            price = values.get(unit)
-            got = getattr(table, unit)
-            assert (got.on_demand, got.spot) == (
-                (price["onDemand"], price["spot"]) if price else (0.0, 0.0)
-            )
+        # A preset names its cloud's catalogue: the chart ships the package's files.
+        assert table == catalogue(values["catalogue"])
+        assert table.cloud == {"aks": "azure", "gke": "gcp"}[preset]
     # The pod restarts when the table changes.
     annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
     changed = render(
@@ -225,6 +220,40 @@ def test_price_table_reaches_the_operator(preset: str, tmp_path) -> None:
         one(changed, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/prices"]
         != annotations["checksum/prices"]
     )
+
+
+def rendered_table(*values: str, tmp_path: Any) -> Any:
+    """The price table the chart renders with `values`, read as --prices reads it."""
+    cm = next(
+        d
+        for d in by_kind(render("default", False, *values), "ConfigMap")
+        if d["metadata"]["name"].endswith("-prices")
+    )
+    path = tmp_path / "rendered-prices.yaml"
+    path.write_text(cm["data"]["prices.yaml"])
+    return load_prices(path)
+
+
+def test_a_catalogue_or_a_table_of_ones_own_is_the_price_table(tmp_path) -> None:
+    assert rendered_table("--set", "prices.catalogue=gcp-europe-west4", tmp_path=tmp_path) == (
+        catalogue("gcp-europe-west4")
+    )
+    own = {
+        "cloud": "gcp",
+        "region": "us-west1",
+        "source": "mine",
+        "asOf": "2026-11-27",
+        "machineTypes": {"g2-standard-8": {"onDemand": 0.9, "spot": 0.3}},
+    }
+    table = rendered_table("--set-json", f"prices.table={json.dumps(own)}", tmp_path=tmp_path)
+    assert (table.region, table.source) == ("us-west1", "mine")
+    assert table.machine_types["g2-standard-8"].of(spot=True) == 0.3
+    # The older form (a table's keys directly under prices) replaces the catalogue too.
+    older = rendered_table(
+        "--set", "prices.source=old", "--set", "prices.accelerators.x.onDemand=1",
+        "--set", "prices.accelerators.x.spot=1", tmp_path=tmp_path,
+    )  # fmt: skip
+    assert (older.source, set(older.accelerators), older.machine_types) == ("old", {"x"}, {})
 
 
 def test_trainer_images_are_passed_to_the_operator() -> None:

@@ -44,8 +44,9 @@ GPU_PRICES: dict[str, tuple[float, float]] = {
     "a10": (1.40, 0.55),
     "a100": (2.93, 1.15),
 }
-# Per vCPU-hour and GiB-hour (on-demand, spot): the operator's default table
-# (operator/kubegan_operator/api/pricing.py), so a node's price follows the cost formula's parts.
+# Per vCPU-hour and GiB-hour (on-demand, spot): E2 figures (the operator's default table before
+# it priced machine types), so an offering's price grows with its vCPUs and GiB; Karpenter only
+# orders offerings by them.
 CPU_PRICE = (0.021811, 0.006543)
 MEMORY_PRICE = (0.002923, 0.000877)
 

@@ -173,7 +173,9 @@ def test_the_grep_finds_what_it_looks_for(tmp_path: Path) -> None:
 
 
 def _chart_text(*names: str) -> Iterator[tuple[Path, str]]:
-    paths = [*(CHART / "templates").iterdir(), *(CHART / "files").iterdir()]
+    # files/ holds folders too (files/prices/: the price catalogues): their files are read.
+    files = (p for p in (CHART / "files").rglob("*") if p.is_file())
+    paths = [*(CHART / "templates").iterdir(), *files]
     for path in sorted(p for p in paths if not names or p.name in names):
         yield path.relative_to(REPO), path.read_text(encoding="utf-8")
 

@@ -102,4 +102,8 @@ def test_kubegan_run_starts_what_the_plan_says(
     expected = plan(load_job(job).spec, build_inventory(plain_nodes(2, 1)))
     assert (started["workers"], started["gpus_per_worker"]) == (2, 1)
     assert started["cost_rate_per_hour"] == expected.cost_per_hour
-    assert expected.cost_per_hour == pytest.approx(2 * (2.0 + 2 * 0.021811 + 8 * 0.002923))
+    cpu, memory = DEFAULT_PRICES.cpu, DEFAULT_PRICES.memory
+    assert cpu is not None and memory is not None
+    assert expected.cost_per_hour == pytest.approx(
+        2 * (2.0 + 2 * cpu.on_demand + 8 * memory.on_demand)
+    )

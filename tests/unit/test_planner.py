@@ -11,9 +11,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubegan_api.contract import JOB_NAME_LABEL, PLANNED_NODE_ANNOTATION
+from kubegan_api.quantity import parse_quantity
 from kubegan_api.resources import CostSpec
 from kubegan_api.spec import GANTrainingJobSpec
-from kubegan_operator.api.pricing import PriceTable
+from kubegan_operator.api.pricing import DEFAULT_PRICES, PriceTable
 from kubegan_operator.entry.cli import main
 from kubegan_operator.foundation.topology import build_inventory
 from kubegan_operator.placement.planner import choose_gpu_shape, divisors_descending, plan
@@ -21,6 +22,22 @@ from kubegan_operator.placement.planner import choose_gpu_shape, divisors_descen
 from tests.support.world import node, pod
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+CPU, MEMORY = DEFAULT_PRICES.cpu, DEFAULT_PRICES.memory
+assert CPU is not None and MEMORY is not None
+
+
+def per_resource(p: Any, s: GANTrainingJobSpec, accelerator: str, spot: bool) -> float:
+    """What plan `p` of `s` costs on nodes with no machine type (the test nodes): each
+    device at the accelerator's price, and the vCPUs and GiB each worker's job names at the
+    table's cpu and memory prices."""
+    cpu = s.resources.cpu or "0"
+    memory = s.resources.memory or "0"
+    devices = p.gpus_per_worker or p.tpu_chips_per_worker
+    price = DEFAULT_PRICES.price(accelerator, spot) if devices else 0.0
+    host = float(parse_quantity(cpu)) * CPU.of(spot) + float(
+        parse_quantity(memory)
+    ) / 2**30 * MEMORY.of(spot)
+    return p.workers * (devices * price + host)
 
 
 def spec(**resources: Any) -> GANTrainingJobSpec:
@@ -41,12 +58,14 @@ def v100_pool(n: int = 4, gpus: int = 8, **kw: Any) -> list[dict[str, Any]]:
 
 
 def test_32_gpus_on_four_free_8_gpu_nodes() -> None:
-    p = plan(spec(gpus=32), build_inventory(v100_pool()))
+    s = spec(gpus=32)
+    p = plan(s, build_inventory(v100_pool()))
     assert p.feasible
     assert (p.workers, p.gpus_per_worker) == (4, 8)
     assert sorted(p.nodes) == ["v100-0", "v100-1", "v100-2", "v100-3"]
     assert p.strategy == "multi-worker"
-    assert p.cost_per_hour == pytest.approx(32 * 2.48)
+    assert p.cost_per_hour == pytest.approx(per_resource(p, s, "nvidia-tesla-v100", False))
+    assert p.unpriced == ()
 
 
 def test_fragmentation_forces_smaller_workers() -> None:
@@ -143,9 +162,10 @@ def mixed_spot() -> list[dict[str, Any]]:
 
 
 def test_spot_allowed_prefers_spot() -> None:
-    p = plan(spec(gpus=16), build_inventory(mixed_spot()))
+    s = spec(gpus=16)
+    p = plan(s, build_inventory(mixed_spot()))
     assert p.nodes == ("spot-0", "spot-1") and p.spot
-    assert p.cost_per_hour == pytest.approx(16 * 0.82)
+    assert p.cost_per_hour == pytest.approx(per_resource(p, s, "nvidia-tesla-v100", True))
 
 
 def test_spot_never_skips_spot_nodes() -> None:
@@ -190,15 +210,29 @@ def test_aks_spot_label_and_taint() -> None:
     assert p.pool_label == "kubernetes.azure.com/agentpool"
 
 
+def test_aks_gpu_pools_sku_gpu_taint_is_tolerated_for_gpu_jobs_only() -> None:
+    """AKS's GPU guide taints GPU pools sku=gpu:NoSchedule: a GPU job tolerates it by value;
+    a CPU-only job, or another value of `sku`, does not."""
+    sku = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+    nodes = [node(f"aks-{i}", 4, taints=[sku]) for i in range(2)]
+    assert plan(spec(gpus=8), build_inventory(nodes)).feasible
+    cpu_only = spec(framework="pytorch", workers=2, gpusPerWorker=0)
+    p = plan(cpu_only, build_inventory(nodes))
+    assert not p.feasible and "taint sku=gpu:NoSchedule not tolerated" in p.reason
+    other = [node("x", 4, taints=[{**sku, "value": "fpga"}])]
+    assert not plan(spec(gpus=4), build_inventory(other)).feasible
+
+
 def test_accelerator_filter() -> None:
     nodes = [
         *v100_pool(2),
         *[node(f"t4-{i}", 4, accelerator="nvidia-tesla-t4", pool="t4") for i in range(4)],
     ]
-    p = plan(spec(gpus=16, accelerator="nvidia-tesla-t4"), build_inventory(nodes))
+    s = spec(gpus=16, accelerator="nvidia-tesla-t4")
+    p = plan(s, build_inventory(nodes))
     assert (p.workers, p.gpus_per_worker) == (4, 4)
     assert all(n.startswith("t4-") for n in p.nodes)
-    assert p.cost_per_hour == pytest.approx(16 * 0.35)
+    assert p.cost_per_hour == pytest.approx(per_resource(p, s, "nvidia-tesla-t4", False))
     p = plan(spec(gpus=16, accelerator="nvidia-tesla-a100"), build_inventory(nodes))
     assert not p.feasible and "accelerator nvidia-tesla-a100" in p.reason
 
@@ -224,29 +258,35 @@ def test_explicit_shape() -> None:
 
 def test_cpu_workers_prefer_nodes_without_gpus() -> None:
     nodes = [node("gpu-0"), node("cpu-0", 0, pool="cpu"), node("cpu-1", 0, pool="cpu")]
-    p = plan(spec(framework="pytorch", workers=2, gpusPerWorker=0), build_inventory(nodes))
+    s = spec(framework="pytorch", workers=2, gpusPerWorker=0)
+    p = plan(s, build_inventory(nodes))
     assert p.nodes == ("cpu-0", "cpu-1") and p.strategy == "ddp" and p.cost_per_hour == 0
 
 
 def test_cpu_workers_cost_their_cpu_and_memory_at_the_node_s_price() -> None:
-    """A CPU-only job is not free: its requested vCPUs and GiB are priced, spot on spot nodes
-    (E2 defaults); a job that requests nothing is charged only for accelerators."""
+    """A CPU-only job is not free: on nodes of no known machine type its requested vCPUs and
+    GiB are priced, spot on spot nodes; a table with no cpu/memory prices names them unpriced
+    rather than charging $0."""
     cpu_pool = [node(f"cpu-{i}", 0, pool="cpu", spot=True, cpu="2", memory="8Gi") for i in range(2)]
     shape = {"framework": "pytorch", "workers": 2, "gpusPerWorker": 0}
     p = plan(spec(**shape, cpu="500m", memory="3Gi"), build_inventory(cpu_pool))
-    assert p.spot and p.cost_per_hour == pytest.approx(2 * (0.5 * 0.006543 + 3 * 0.000877))
+    assert p.spot and p.cost_per_hour == pytest.approx(2 * (0.5 * CPU.spot + 3 * MEMORY.spot))
     on_demand = [node(f"od-{i}", 0, pool="od", cpu="2", memory="8Gi") for i in range(2)]
     p = plan(spec(**shape, cpu="500m", memory="3Gi"), build_inventory(on_demand))
-    assert not p.spot and p.cost_per_hour == pytest.approx(2 * (0.5 * 0.021811 + 3 * 0.002923))
+    assert not p.spot
+    assert p.cost_per_hour == pytest.approx(2 * (0.5 * CPU.on_demand + 3 * MEMORY.on_demand))
     no_cpu_prices = PriceTable.from_mapping({"accelerators": {}})
-    assert plan(spec(**shape, cpu="1"), build_inventory(cpu_pool), no_cpu_prices).cost_per_hour == 0
+    p = plan(spec(**shape, cpu="1", memory="1Gi"), build_inventory(cpu_pool), no_cpu_prices)
+    assert (p.cost_per_hour, p.unpriced) == (0, ("cpu", "memory"))
 
 
 def test_the_accelerator_price_override_leaves_cpu_and_memory_priced() -> None:
     s = spec(gpus=16, cpu="8", memory="64Gi")
     s = s.model_copy(update={"cost": CostSpec(accelerator_hourly_price=1.0)})
     p = plan(s, build_inventory(v100_pool(2)))
-    assert p.cost_per_hour == pytest.approx(16 * 1.0 + 2 * (8 * 0.021811 + 64 * 0.002923))
+    assert p.cost_per_hour == pytest.approx(
+        16 * 1.0 + 2 * (8 * CPU.on_demand + 64 * MEMORY.on_demand)
+    )
 
 
 def test_cpu_and_memory_requests_are_checked() -> None:
@@ -310,7 +350,9 @@ def test_tpu_slice() -> None:
     p = plan(tpu_spec(), build_inventory([*tpu_slice("s1"), *v100_pool(2)]))
     assert (p.workers, p.tpu_chips_per_worker, p.strategy) == (4, 4, "tpu")
     assert p.nodes == ("s1-0", "s1-1", "s1-2", "s1-3")
-    assert p.cost_per_hour == pytest.approx(16 * 1.20)
+    # 16 chips; a TPU VM's chip price holds its host.
+    chip = DEFAULT_PRICES.accelerators["tpu-v5-lite-podslice"]
+    assert p.cost_per_hour == pytest.approx(16 * chip.on_demand)
 
 
 def test_tpu_slice_is_one_failure_unit() -> None:

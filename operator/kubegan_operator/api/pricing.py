@@ -1,23 +1,50 @@
-"""Prices (USD per accelerator-hour, per vCPU-hour, per GiB-hour of memory) and the cost rate
-of a placement.
+"""Price tables: the file format, its strict reading, and the catalogues kubegan ships.
 
-A worker costs its accelerators plus the CPU and memory it requests, at the spot or on-demand
-price of the node it runs on: a CPU-only worker is not free. The defaults are a catalogue
-snapshot (see REFERENCES); the Helm chart ships the same table as values, and a job's
-`cost.acceleratorHourlyPrice` overrides the accelerator part of both.
+One table prices one cloud region, in USD per hour. The operator's `--prices` file, the
+chart's `prices` value, `kubegan plan/run --prices` and what `kubegan prices` writes are all
+this YAML mapping:
+
+    cloud: gcp                  # gcp | azure (optional)
+    region: us-central1         # optional
+    source: "where the figures come from (read 2026-..)"
+    asOf: "2026-11-27"
+    machineTypes:               # machines billed whole, per node-hour, by the value of the
+      g2-standard-8: {onDemand: 0.85, spot: 0.34}     # node.kubernetes.io/instance-type label
+    accelerators:               # per device-hour, by accelerator label value: GKE N1 attached
+      nvidia-tesla-t4: {onDemand: 0.35, spot: 0.14}   # GPUs, TPU chips
+    cpu: {onDemand: .., spot: ..}       # per vCPU-hour, machines billed per resource (N1)
+    memory: {onDemand: .., spot: ..}    # per GiB-hour, likewise
+    notOffered:                 # optional: types with no price here, and why
+      a4-highgpu-8g: "not offered in this region"
+
+A row may carry its own `source`; `spot` may be left out (or null) where no spot price is
+known: a spot node of that type is then unpriced. Every key is optional; unknown keys are
+errors (a misspelt `ondemand` must never leave a table in which something silently costs $0).
+The older form, `{source, asOf, accelerators, cpu, memory}`, is this format too.
+
+How a worker is priced from a table is `rates.py`'s; the catalogues are `prices/*.yaml` in
+this package, the same files as the chart's `files/prices/` (a unit test keeps them equal).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Annotated, Any, Literal
 
-from kubegan_api.quantity import parse_quantity
+import yaml
 from kubegan_api.resources import MAX_HOURLY_PRICE
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+CATALOGUE_PACKAGE = "kubegan_operator.api"
+CATALOGUE_DIR = "prices"
+DEFAULT_CATALOGUE = "gcp-us-central1"
+MAX_CATALOGUE_BYTES = 256 * 1024
 
 
 class _PriceFileModel(BaseModel):
@@ -30,12 +57,13 @@ class _PriceFileModel(BaseModel):
 
 class _PriceEntry(_PriceFileModel):
     on_demand: float
-    spot: float
+    spot: float | None = None
+    source: str = Field(default="", max_length=2000)
 
     @field_validator("on_demand", "spot")
     @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value) or not 0 <= value <= MAX_HOURLY_PRICE:
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and (not math.isfinite(value) or not 0 <= value <= MAX_HOURLY_PRICE):
             raise ValueError(
                 f"{value!r} is not a price in USD per hour (finite, from 0 to "
                 f"{MAX_HOURLY_PRICE:,.0f})"
@@ -43,114 +71,99 @@ class _PriceEntry(_PriceFileModel):
         return value
 
     def price(self) -> Price:
-        return Price(self.on_demand, self.spot)
+        return Price(self.on_demand, self.spot, self.source)
 
 
 class _PriceFile(_PriceFileModel):
-    source: str = ""
-    as_of: str = ""
-    accelerators: dict[Annotated[str, Field(min_length=1, max_length=63)], _PriceEntry]
+    cloud: Literal["gcp", "azure"] | None = None
+    region: str = Field(default="", max_length=63)
+    source: str = Field(default="", max_length=2000)
+    as_of: str = Field(default="", max_length=200)
+    machine_types: dict[Name, _PriceEntry] = Field(default_factory=dict)
+    accelerators: dict[Name, _PriceEntry] = Field(default_factory=dict)
     cpu: _PriceEntry | None = None  # per vCPU-hour requested
     memory: _PriceEntry | None = None  # per GiB-hour requested
+    not_offered: dict[Name, Annotated[str, Field(max_length=500)]] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Price:
     on_demand: float
-    spot: float
+    spot: float | None  # None: no spot price is known
+    source: str = ""
 
-    def of(self, spot: bool) -> float:
+    def of(self, spot: bool) -> float | None:
         return self.spot if spot else self.on_demand
-
-
-FREE = Price(0.0, 0.0)
 
 
 @dataclass(frozen=True)
 class PriceTable:
-    prices: Mapping[str, Price]  # per accelerator, by the node's accelerator label value
+    accelerators: Mapping[str, Price]  # per device, by the node's accelerator label value
     source: str
     as_of: str
-    cpu: Price = FREE  # per vCPU-hour
-    memory: Price = FREE  # per GiB-hour
+    cpu: Price | None = None  # per vCPU-hour; None: not priced per resource
+    memory: Price | None = None  # per GiB-hour
+    machine_types: Mapping[str, Price] = field(default_factory=dict)  # per node, billed whole
+    not_offered: Mapping[str, str] = field(default_factory=dict)
+    cloud: str = ""
+    region: str = ""
 
     def price(self, accelerator: str, spot: bool) -> float | None:
-        p = self.prices.get(accelerator)
+        p = self.accelerators.get(accelerator)
         return None if p is None else p.of(spot)
+
+    def describe(self) -> str:
+        """The table in a few words, for logs and warnings."""
+        where = " ".join(x for x in (self.cloud, self.region) if x)
+        return f"{where or 'price table'} ({self.as_of or 'undated'})"
 
     @classmethod
     def from_mapping(cls, data: Any) -> PriceTable:
-        """The Helm values form: {source, asOf, accelerators: {name: {onDemand, spot}}}.
-        pydantic's ValidationError (a ValueError) names each wrong field."""
+        """The file's mapping (module docstring). pydantic's ValidationError (a ValueError)
+        names each wrong field."""
         if not isinstance(data, Mapping):
             raise ValueError(
-                "expected a price table {source, asOf, accelerators: {NAME: {onDemand, spot}},"
-                " cpu: {onDemand, spot}, memory: {onDemand, spot}}"
+                "expected a price table {source, asOf, machineTypes: {TYPE: {onDemand, spot}}, "
+                "accelerators: {NAME: {onDemand, spot}}, cpu: {onDemand, spot}, "
+                "memory: {onDemand, spot}}"
             )
-        table = _PriceFile.model_validate(data)
-        prices = {name: p.price() for name, p in table.accelerators.items()}
-        cpu, memory = (p.price() if p else FREE for p in (table.cpu, table.memory))
-        return cls(prices, table.source, table.as_of, cpu, memory)
+        t = _PriceFile.model_validate(data)
+        return cls(
+            accelerators={name: p.price() for name, p in t.accelerators.items()},
+            source=t.source,
+            as_of=t.as_of,
+            cpu=t.cpu.price() if t.cpu else None,
+            memory=t.memory.price() if t.memory else None,
+            machine_types={name: p.price() for name, p in t.machine_types.items()},
+            not_offered=dict(t.not_offered),
+            cloud=t.cloud or "",
+            region=t.region,
+        )
 
 
-# GCP us-central1, third-party catalogue snapshot read in late 2024; per GPU or per TPU chip.
-DEFAULT_PRICES = PriceTable(
-    prices={
-        "nvidia-tesla-t4": Price(0.35, 0.14),
-        "nvidia-tesla-v100": Price(2.48, 0.82),
-        "nvidia-tesla-a100": Price(2.93, 1.15),
-        "tpu-v3": Price(2.00, 0.51),
-        "tpu-v4-podslice": Price(3.22, 0.92),
-        "tpu-v5-lite-podslice": Price(1.20, 0.41),
-        "tpu-v5p-slice": Price(4.20, 1.43),
-        "tpu-v6e-slice": Price(2.70, 0.92),
-    },
-    source="GCP us-central1 list prices via a third-party catalogue snapshot (late 2024); "
-    "vCPU and memory: E2 (GKE's default machine family), spot approximate",
-    as_of="2024-12",
-    cpu=Price(0.021811, 0.006543),
-    memory=Price(0.002923, 0.000877),
-)
-
-# A request beyond any machine (the API admits quantities up to 1e99) is priced as this many
-# vCPUs or GiB, so a plan's cost stays a finite JSON number; such a plan never fits a node.
-MAX_PRICED_UNITS = 1e9
+# ---- the shipped catalogues ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class WorkerRequest:
-    """What one worker asks of its node, in the units the price table charges."""
-
-    accelerators: int = 0
-    vcpus: float = 0.0
-    memory_gib: float = 0.0
-
-    @classmethod
-    def of(cls, accelerators: int, cpu: str | None, memory: str | None) -> WorkerRequest:
-        """From a worker's accelerator count and its CPU and memory request quantities."""
-
-        def units(quantity: str | None, per_unit: int) -> float:
-            if quantity is None:
-                return 0.0
-            return min(float(parse_quantity(quantity)) / per_unit, MAX_PRICED_UNITS)
-
-        return cls(accelerators, units(cpu, 1), units(memory, 2**30))
+def catalogue_names() -> tuple[str, ...]:
+    """The catalogues shipped with kubegan: `<cloud>-<region>`, e.g. gcp-us-central1."""
+    folder = resources.files(CATALOGUE_PACKAGE) / CATALOGUE_DIR
+    return tuple(
+        sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    )
 
 
-def cost_per_hour(
-    worker: WorkerRequest,
-    nodes: list[tuple[str, bool]],
-    table: PriceTable,
-    override: float | None,
-) -> float:
-    """USD per hour for one worker per node; `nodes` holds (accelerator, spot) per worker.
-    Unknown accelerators count as free rather than guessing a price. Prices, device counts
-    and priced units are bounded, so this is a finite number (plan JSON stays JSON)."""
-    total = 0.0
-    for accelerator, spot in nodes:
-        price = override if override is not None else table.price(accelerator, spot)
-        total += worker.accelerators * (price or 0.0)
-        total += worker.vcpus * table.cpu.of(spot) + worker.memory_gib * table.memory.of(spot)
-    if not math.isfinite(total):
-        raise ValueError(f"cost per hour overflows ({total})")
-    return round(total, 6)
+@functools.cache
+def catalogue(name: str) -> PriceTable:
+    """A shipped catalogue by name; ValueError naming the ones there are."""
+    if name not in catalogue_names():
+        raise ValueError(
+            f"no price catalogue {name!r}; kubegan ships {', '.join(catalogue_names())}"
+        )
+    path = resources.files(CATALOGUE_PACKAGE) / CATALOGUE_DIR / f"{name}.yaml"
+    text = path.read_text(encoding="utf-8")
+    if len(text) > MAX_CATALOGUE_BYTES:
+        raise ValueError(f"price catalogue {name}: over {MAX_CATALOGUE_BYTES} bytes")
+    return PriceTable.from_mapping(yaml.safe_load(text))
+
+
+DEFAULT_PRICES = catalogue(DEFAULT_CATALOGUE)

@@ -14,6 +14,7 @@ from kubegan_api.spec import GANTrainingJobSpec
 
 from kubegan_operator.foundation.topology import (
     GPU_TAINT_KEYS,
+    GPU_TAINT_VALUES,
     SPOT_TAINT_KEYS,
     TPU_TAINT_KEYS,
     NodeInfo,
@@ -26,13 +27,17 @@ from kubegan_operator.foundation.topology import (
 def automatic_tolerations(spec: GANTrainingJobSpec) -> list[dict[str, str]]:
     """The well-known taints kubegan tolerates by itself for what the job uses."""
     keys: list[str] = []
+    values: list[tuple[str, str]] = []
     if spec.resources.tpu is not None:
         keys += TPU_TAINT_KEYS
     elif (spec.resources.gpus or spec.resources.gpus_per_worker or 0) > 0:
         keys += GPU_TAINT_KEYS
+        values += GPU_TAINT_VALUES
     if spec.placement.spot != SpotPolicy.never:
         keys += SPOT_TAINT_KEYS
-    return [{"key": k, "operator": "Exists"} for k in keys]
+    return [{"key": k, "operator": "Exists"} for k in keys] + [
+        {"key": k, "operator": "Equal", "value": v} for k, v in values
+    ]
 
 
 def job_tolerations(spec: GANTrainingJobSpec) -> list[dict[str, Any]]:
