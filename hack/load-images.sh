@@ -3,8 +3,8 @@
 # node (hack/real-node-up.sh), in the CRI's namespace k8s.io, so pods with
 # imagePullPolicy: Never (or IfNotPresent) find them. No registry involved.
 #
-#   hack/load-images.sh [TARGET...]      default: every image in the layout
-#                                        (operator trainer-torch trainer-tf)
+#   hack/load-images.sh [TARGET...]      default: every image in the layout but trainer-tf-tpu
+#                                        (no local node has a TPU; name it to load it)
 #   hack/load-images.sh --tar TARGET     write that image as an OCI archive to stdout
 #                                        (for `ctr images import`, `skopeo`, ...)
 #
@@ -31,7 +31,8 @@ IMAGES="${KUBEGAN_IMAGE_CACHE:-$HOME/.cache/kubegan/images}"
 LAYOUT="$IMAGES/oci"
 REPO="${KUBEGAN_IMAGE_REPO:-kubegan.local}"
 TAG="${KUBEGAN_IMAGE_TAG:-dev}"
-ALL_TARGETS=(operator trainer-torch trainer-tf)
+ALL_TARGETS=(operator trainer-torch trainer-tf trainer-tf-tpu)
+DEFAULT_TARGETS=(operator trainer-torch trainer-tf)
 
 log() { printf '[load-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[load-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -77,7 +78,7 @@ fi
 command -v ctr >/dev/null || die "ctr is missing (hack/build-node-binaries.sh installs containerd)"
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  for t in "${ALL_TARGETS[@]}"; do [[ -n "$(descriptor "$REPO/$t:$TAG")" ]] && targets+=("$t"); done
+  for t in "${DEFAULT_TARGETS[@]}"; do [[ -n "$(descriptor "$REPO/$t:$TAG")" ]] && targets+=("$t"); done
   ((${#targets[@]})) || die "no $REPO/*:$TAG image in $LAYOUT: run hack/build-images.sh first"
 fi
 for t in "${targets[@]}"; do

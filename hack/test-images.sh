@@ -116,7 +116,7 @@ run_no_tpu_check() {  # run_no_tpu_check <target>
            --env KUBEGAN_CONFIG=/tmp/config.json --env KUBEGAN_OUTPUT_DIR=/tmp/out \
            --env KUBEGAN_CHECKPOINT_DIR=/tmp/out/checkpoints --env KUBEGAN_METRICS_PORT=0 \
            --env TPU_WORKER_ID=0 --env TPU_WORKER_HOSTNAMES=w-0.j.ns.svc,w-1.j.ns.svc \
-           "$name" "$id" sh -c 'printf "%s" "$1" >/tmp/config.json; exec python -m kubegan_trainer' \
+           "$name" "$id" sh -c 'printf "%s" "$1" >/tmp/config.json; exec timeout 300 python -m kubegan_trainer' \
            sh "$TPU_CONFIG" 2>&1)" || rc=$?
   printf '%s\n' "$out" | sed "s/^/  [$target] /" >&2
   ((rc == 2)) || die "$target: without a TPU the trainer exited $rc, want 2"
@@ -131,7 +131,9 @@ for target in "${targets[@]}"; do
       'import kubegan_trainer, torch; print("torch", torch.__version__, "cuda build", torch.version.cuda)' ;;
     trainer-tf) run_check trainer-tf 1000 python -c \
       'import kubegan_trainer, tensorflow as tf; print("tensorflow", tf.__version__)' ;;
-    trainer-tf-tpu) run_check trainer-tf-tpu 1000 python -c \
+    # tensorflow-tpu starts libtpu at import, which without a TPU retries its lookups for
+    # good: TensorFlow's TPU_LOAD_LIBRARY=0 skips that for the import check alone.
+    trainer-tf-tpu) run_check trainer-tf-tpu 1000 env TPU_LOAD_LIBRARY=0 timeout 300 python -c \
       'import importlib.metadata as m, kubegan_trainer, tensorflow as tf; print("tensorflow", tf.__version__, "libtpu", m.version("libtpu"))'
       run_no_tpu_check trainer-tf-tpu ;;
   esac

@@ -24,6 +24,7 @@ from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.entrypoints import load_entrypoint
 from kubegan_trainer.worker.logs import configure_logging
+from kubegan_trainer.worker.tpu_devices import missing_tpu
 
 if TYPE_CHECKING:
     from kubegan_trainer.worker.driver import Hooks
@@ -90,6 +91,10 @@ def main(hooks: Hooks | None = None) -> int:
             # Before any backend, data or rendezvous: a name that is not a user's model
             # factory (`os:system`) is refused before anything could call it.
             load_entrypoint(config.model.entrypoint)
+        # Before TensorFlow's import: tensorflow-tpu starts libtpu then, which hangs without one.
+        no_tpu = missing_tpu(config, env)
+        if no_tpu:
+            raise TrainerError(no_tpu)
         return load_backend(config.framework.value).run(env, config, hooks=hooks)
     except TrainerError as err:
         print(f"kubegan-trainer: error: {redact_urls(str(err))}", file=sys.stderr, flush=True)

@@ -23,14 +23,13 @@ import tensorflow as tf
 from kubegan_api.contract import (
     ENV_TF_CONFIG,
     ENV_TF_LOGICAL_CPUS,
-    ENV_TPU_WORKER_HOSTNAMES,
-    ENV_TPU_WORKER_ID,
 )
 from kubegan_api.sections import TrainerConfig
 
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.distribution import MIRRORED, MULTI_WORKER, TPU, decide_strategy
+from kubegan_trainer.worker.tpu_devices import ENV_TPU_NAME, no_tpu_reason, unreachable_prefix
 
 log = logging.getLogger("kubegan_trainer")
 
@@ -143,27 +142,32 @@ def tpu_resolver_args(env: ClusterEnv) -> str:
     """What to hand TPUClusterResolver: `TPU_NAME` when set (a TPU node), else "local"
     (a TPU VM host, as on GKE, where `TPU_WORKER_ID`/`TPU_WORKER_HOSTNAMES` describe the
     slice and the TPU runtime finds its peers from them)."""
-    return os.environ.get("TPU_NAME", "local")
+    return os.environ.get(ENV_TPU_NAME, "local")
 
 
 def _tpu_strategy(env: ClusterEnv) -> StrategyInfo:
     hosts = env.tpu_worker_hostnames
-    where = (
-        f"{ENV_TPU_WORKER_ID}={env.tpu_worker_id}, "
-        f"{ENV_TPU_WORKER_HOSTNAMES}={','.join(hosts) or '-'}"
-    )
+    unreachable = unreachable_prefix(env)
+    tpu = tpu_resolver_args(env)
+    # A local TPU (GKE, TPU VMs) is a device file; libtpu is not started without one.
+    reason = no_tpu_reason() if tpu == "local" else None
+    if reason:
+        raise TrainerError(f"{unreachable}: {reason}")
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_resolver_args(env))
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
     except (tf.errors.OpError, ValueError, RuntimeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise TrainerError(
-            f"spec.strategy: tpu, but no TPU is reachable from this worker ({where}): {first[:160]}"
-        ) from None
+        raise TrainerError(f"{unreachable}: {first[:160]}") from None
     index = env.tpu_worker_id or 0
-    log.info("strategy: TPUStrategy, %d cores (%s)", strategy.num_replicas_in_sync, where)
+    log.info(
+        "strategy: TPUStrategy, %d cores, worker %d of %d hosts",
+        strategy.num_replicas_in_sync,
+        index,
+        max(1, len(hosts)),
+    )
     return StrategyInfo(strategy, TPU, index, max(1, len(hosts)), "TPU")
 
 
