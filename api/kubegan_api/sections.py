@@ -20,9 +20,17 @@ from kubegan_api.base import (
     ApiModel,
     ObjectName,
 )
+from kubegan_api.cel import Rule, cel_rules, check
 from kubegan_api.contract import CHECKPOINT_ROOT, DATA_ROOT, METRICS_PORT
 from kubegan_api.model_options import option_problems, problem_lines
 from kubegan_api.text import LINE_PATTERN
+from kubegan_api.training_options import (
+    MAX_WARMUP_STEPS,
+    AugmentSpec,
+    EmaSpec,
+    LrSchedule,
+    R1Spec,
+)
 from kubegan_api.urls import BucketUriText, S3Endpoint
 
 # model.options is free-form JSON; bounded so that walking it never recurses too deeply.
@@ -58,6 +66,7 @@ class DataSource(StrEnum):
 class OptimizerName(StrEnum):
     adam = "adam"
     rmsprop = "rmsprop"
+    adamw = "adamw"
 
 
 class MixedPrecision(StrEnum):
@@ -203,11 +212,64 @@ class DataSpec(ApiModel):
     )
 
 
+# Each network's optimizer: the options that only make sense together. The apiserver also
+# checks these on the schema's default ({}), where no field is set yet: hence has().
+OPTIMIZER_RULES = (
+    Rule(
+        ".weightDecay",
+        f"weightDecay is only for optimizer {OptimizerName.adamw} (decoupled weight decay)",
+        "!has(self.weightDecay) || self.weightDecay == 0.0 || "
+        f"(has(self.optimizer) && self.optimizer == '{OptimizerName.adamw}')",
+        lambda o: o.weight_decay == 0 or o.optimizer == OptimizerName.adamw,
+    ),
+    Rule(
+        ".warmupSteps",
+        f"warmupSteps is only for schedule {LrSchedule.linear_warmup} or {LrSchedule.cosine}",
+        "!has(self.warmupSteps) || self.warmupSteps == 0 || "
+        f"(has(self.schedule) && self.schedule != '{LrSchedule.constant}')",
+        lambda o: o.warmup_steps == 0 or o.schedule != LrSchedule.constant,
+    ),
+    Rule(
+        ".warmupSteps",
+        f"schedule {LrSchedule.linear_warmup} needs warmupSteps of at least 1",
+        f"!has(self.schedule) || self.schedule != '{LrSchedule.linear_warmup}' || "
+        "(has(self.warmupSteps) && self.warmupSteps >= 1)",
+        lambda o: o.warmup_steps >= 1 or o.schedule != LrSchedule.linear_warmup,
+    ),
+)
+
+
 class OptimizerSpec(ApiModel):
+    model_config = ApiModel.model_config | cel_rules(*OPTIMIZER_RULES)
+
     optimizer: OptimizerName = Field(default=OptimizerName.rmsprop)
     learning_rate: float = Field(default=0.001, gt=0, le=10)
-    beta1: float = Field(default=0.5, ge=0, lt=1, description="adam only.")
-    beta2: float = Field(default=0.999, ge=0, lt=1, description="adam only.")
+    beta1: float = Field(default=0.5, ge=0, lt=1, description="adam and adamw only.")
+    beta2: float = Field(default=0.999, ge=0, lt=1, description="adam and adamw only.")
+    weight_decay: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="adamw only: decoupled weight decay, learningRate x weightDecay of each "
+        "weight per update (Loshchilov & Hutter).",
+    )
+    schedule: LrSchedule = Field(
+        default=LrSchedule.constant,
+        description="The learning rate over this network's updates: constant; linear-warmup "
+        "(up to learningRate over warmupSteps updates, then constant); cosine (the warm-up, "
+        "then down to 0 along a half cosine by the run's last update).",
+    )
+    warmup_steps: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_WARMUP_STEPS,
+        description="Updates of this network to warm the learning rate up over.",
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> OptimizerSpec:
+        check(self, OPTIMIZER_RULES)
+        return self
 
 
 class TrainingSpec(ApiModel):
@@ -229,6 +291,30 @@ class TrainingSpec(ApiModel):
     )
     zero: bool = Field(default=False, description="pytorch only: shard optimizer state.")
     seed: int = Field(default=42, ge=0, le=2**31 - 1)
+    ema: EmaSpec | None = Field(
+        default=None,
+        description="Keep an exponential moving average of the generator's weights "
+        "(StyleGAN2); samples, quality scores and the export use it.",
+    )
+    r1: R1Spec | None = Field(
+        default=None, description="Lazy R1 penalty on the discriminator's gradient at real data."
+    )
+    augment: AugmentSpec | None = Field(
+        default=None,
+        description="DiffAugment: differentiable augmentation of every image the discriminator "
+        "sees, real and generated (image models).",
+    )
+    compile: bool = Field(
+        default=False,
+        description="pytorch: torch.compile the generator and the discriminator; tensorflow: "
+        "XLA (jit_compile) for the training step.",
+    )
+    channels_last: bool | None = Field(
+        default=None,
+        description="pytorch: channels-last memory format for the networks and inputs (3-D "
+        "for gan3d); unset, the model's channelsLast option decides (auto: on CUDA). "
+        "tensorflow: no effect, Keras is channels-last already.",
+    )
 
 
 class CheckpointSpec(ApiModel):

@@ -37,7 +37,7 @@ LOCK_FILE = ".kubegan.lock"
 # directory holding one of these names as anything else (a symlink to the user's files,
 # a FIFO) is refused: writing or pruning there would reach outside the run.
 RUN_FILES = (CONFIG_FILE, "config-history.jsonl", "metrics.jsonl", "progress.json", LOCK_FILE)
-RUN_DIRS = (CHECKPOINT_SUBDIR, "logs", "samples")
+RUN_DIRS = (CHECKPOINT_SUBDIR, "logs", "samples", "tensorboard", "export")
 _CHOOSE = "refusing to write into it (choose a new or empty --output)"
 
 

@@ -48,6 +48,7 @@ from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.storage import objstore
 from kubegan_trainer.storage.folder import CORRUPT_DIR, content_problem, prunable, read_manifest
 from kubegan_trainer.storage.manifest import MANIFEST, Manifest, ManifestError, parse_manifest
+from kubegan_trainer.storage.retention import Score, best_kept, score_from
 from kubegan_trainer.storage.store import Position, checkpoint_name
 
 log = logging.getLogger(__name__)
@@ -266,14 +267,29 @@ class BucketCheckpoints:
         self._warn(f"moved damaged checkpoint {remote.name} aside to {self.uri}/{target} ({why})")
         return target
 
-    def prune(self, keep: int) -> None:
-        """Delete whole checkpoints older than the newest `keep` whole ones (never one that
-        is not whole: that is left for resume to move aside)."""
+    def score(self, remote: Remote) -> Score | None:
+        """The quality score in a committed checkpoint's manifest, if it carries one."""
+        try:
+            return score_from(self.manifest(remote)[1])
+        except ManifestError:
+            return None
+
+    def whole(self) -> list[Remote]:
+        """The whole checkpoints (committed, nothing changed under their manifest), newest
+        first."""
+        remotes = reversed(self.list())
+        return [r for r in remotes if r.committed and self.listing_problem(r) is None]
+
+    def prune(self, keep: int, keep_best: int = 0) -> None:
+        """Delete whole checkpoints older than the newest `keep` whole ones, except the
+        `keep_best` best scored (never one that is not whole: that is left for resume to
+        move aside)."""
         import obstore
 
-        remotes = list(reversed(self.list()))
-        whole = {r.name: r for r in remotes if r.committed and self.listing_problem(r) is None}
-        for name in prunable(list(whole), keep, set()):
+        whole = {r.name: r for r in self.whole()}
+        scored = [(n, self.score(r)) for n, r in whole.items()] if keep_best else []
+        best = best_kept(scored, keep_best)
+        for name in prunable(list(whole), keep, set(), best):
             keys = [f"{name}/{rel}" for rel in sorted(whole[name].objects, key=_manifest_last)]
             for key in keys:  # the manifest last: a half-deleted one is never taken as whole
                 self._call(f"prune {key}", lambda key=key: obstore.delete(self.store, key))

@@ -14,7 +14,8 @@ damaged after the fact (a bad disk, a truncated copy), and a manifest of the wro
 (manifest.py) counts as damage too; discovery then falls back to the
 previous one with a warning and moves the damaged one to `corrupt/` (never deleted: it is
 evidence, and maybe recoverable). Pruning deletes only intact checkpoints older than the
-newest `keep` intact ones, so a good checkpoint is never removed before a newer good one
+newest `keep` intact ones, and never one of the `keepBest` with the best quality score in
+its manifest (retention.py), so a good checkpoint is never removed before a newer good one
 exists. Backends only fill a folder with files: PyTorch one `state.pt`, TensorFlow the
 files of `tf.train.Checkpoint.write`; the contract above is the same for both.
 """
@@ -41,6 +42,7 @@ from kubegan_trainer.storage.manifest import (
     ManifestError,
     parse_manifest,
 )
+from kubegan_trainer.storage.retention import Score, best_kept, score_from, to_export
 from kubegan_trainer.storage.store import CheckpointRef, Position, checkpoint_name
 
 log = logging.getLogger(__name__)
@@ -102,11 +104,14 @@ def content_problem(name: str, expected: FileEntry, size: int, sha256: str | Non
     return None
 
 
-def prunable(intact_newest_first: list[str], keep: int, pinned: set[str]) -> list[str]:
+def prunable(
+    intact_newest_first: list[str], keep: int, pinned: set[str], best: set[str] | None = None
+) -> list[str]:
     """Which intact checkpoints (names, newest first) pruning deletes: all but the newest
-    `keep`, and never a pinned one (a local copy whose upload is not committed yet). The
-    same decision for a folder and for a bucket."""
-    return [name for name in intact_newest_first[keep:] if name not in pinned]
+    `keep`, never a pinned one (a local copy whose upload is not committed yet) nor one of
+    the `best` (keepBest). The same decision for a folder and for a bucket."""
+    spared = pinned | (best or set())
+    return [name for name in intact_newest_first[keep:] if name not in spared]
 
 
 def checkpoint_created(root: Path, pos: Position) -> float:
@@ -131,11 +136,13 @@ class CheckpointStore:
         keep: int,
         warn: Callable[[str], None] | None = None,
         writer: bool = True,
+        keep_best: int = 0,
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
         self.root = Path(root)
         self.keep = keep
+        self.keep_best = keep_best
         self._warn = warn or log.warning
         # Several processes may read one directory (TF workers); one of them changes it.
         self.writer = writer
@@ -274,11 +281,31 @@ class CheckpointStore:
         until their upload is committed)."""
         return set()
 
+    def scored(self, refs: list[CheckpointRef]) -> list[tuple[str, Score | None]]:
+        """Each checkpoint's name and the quality score its manifest carries, if any."""
+        out = []
+        for ref in refs:
+            try:
+                out.append((ref.name, score_from(read_manifest(ref.path).extra)))
+            except (OSError, ManifestError):
+                out.append((ref.name, None))
+        return out
+
+    def best_checkpoint(self) -> CheckpointRef | None:
+        """The intact checkpoint whose generator is exported: the best scored, else the
+        newest (retention.to_export); None when there is none."""
+        refs = [ref for ref in reversed(self.list()) if self.validate(ref) is None]
+        name = to_export(self.scored(refs))
+        return next((ref for ref in refs if ref.name == name), None)
+
     def prune(self) -> None:
-        """Keep the newest `keep` intact checkpoints and delete older intact ones; a
-        damaged one found on the way is moved aside, never deleted."""
+        """Keep the newest `keep` intact checkpoints and the `keep_best` best scored ones,
+        delete older intact ones; a damaged one found on the way is moved aside, never
+        deleted."""
         refs = {ref.name: ref for ref in reversed(self.list()) if self._intact(ref)}
-        for name in prunable(list(refs), self.keep, self.pinned()):
+        scored = self.scored(list(refs.values())) if self.keep_best else []
+        best = best_kept(scored, self.keep_best)
+        for name in prunable(list(refs), self.keep, self.pinned(), best):
             shutil.rmtree(refs[name].path, ignore_errors=True)
             self._good.discard(name)
 

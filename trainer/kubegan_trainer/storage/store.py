@@ -62,3 +62,8 @@ class Store(Protocol):
     def latest_valid(self) -> CheckpointRef | None:
         """The newest whole checkpoint to resume from, or None to start over."""
         ...
+
+    def best_checkpoint(self) -> CheckpointRef | None:
+        """The whole checkpoint whose generator is exported: the best by the model's primary
+        quality score, else the newest (retention.py); a local copy."""
+        ...

@@ -35,7 +35,9 @@ from kubegan_api.sections import TrainerConfig
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data.build import held_out_pairs
 from kubegan_trainer.storage import termination
+from kubegan_trainer.storage.retention import SCORE_KEY, Score
 from kubegan_trainer.storage.store import Position
+from kubegan_trainer.worker.artifacts import RunArtifacts
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.intervals import CheckpointSchedule
 from kubegan_trainer.worker.quality import Quality, quality_for
@@ -106,8 +108,9 @@ class Backend(Protocol):
     def resume(self) -> tuple[Position, LoopState]:
         """Collective: load the newest valid checkpoint, or (0, 0) and a fresh state."""
 
-    def save(self, pos: Position, state: LoopState) -> None:
-        """Collective: write a checkpoint at `pos` (the chief writes the files)."""
+    def save(self, pos: Position, state: LoopState, extra: dict[str, Any] | None = None) -> None:
+        """Collective: write a checkpoint at `pos` (the chief writes the files; `extra`
+        goes into its manifest: the epoch's quality score)."""
 
     def batches(self, epoch0: int, first_step: int) -> Iterator[Any]:
         """The epoch's batches from `first_step` on, in the order of an unbroken run."""
@@ -166,10 +169,16 @@ class Driver:
             config.checkpoint.interval_epochs, config.checkpoint.interval_minutes
         )
         self.report = Reporter(env, self.output, self.epochs, backend.chief)
+        # Rank 0's samples, history, event files and log, stored beside the checkpoints.
+        self.artifacts = (
+            RunArtifacts.open(env, config, self.report.metrics) if backend.chief else None
+        )
         self.state = LoopState()
         self.last_saved: Position | None = None
         self.quality: Quality | None = None  # built on the chief at the first epoch's end
         self._quality_built = False
+        self._score: tuple[int, Score] | None = None  # the newest epoch's primary score
+        self.completed = False  # this process trained the last epoch
 
     # ---- the whole run -------------------------------------------------------------------
     def fit(self) -> int:
@@ -184,6 +193,8 @@ class Driver:
     def _fit(self) -> int:
         start, self.state = self.b.resume()
         self.last_saved = start if start != Position(0, 0) else None
+        if self.artifacts is not None:
+            self.artifacts.start(start.epoch)
         if self.report.start(start, self.b.steps_per_epoch, self.b.world_size):
             return 0
         for epoch0 in range(start.epoch, self.epochs):
@@ -194,16 +205,24 @@ class Driver:
                 self.report.stopped(self.last_saved, self.stop.signal_name, epoch0)
                 return EXIT_INTERRUPTED
         self.report.finished()
+        self.completed = True
         return 0
 
     def save(self, pos: Position) -> None:
         if pos == self.last_saved:
             return
         t0 = time.perf_counter()
-        self.b.save(pos, self.state)
+        self.b.save(pos, self.state, self._manifest_extra(pos))
         self.report.checkpoint_written(time.perf_counter() - t0, pos)
         self.schedule.mark()
         self.last_saved = pos
+
+    def _manifest_extra(self, pos: Position) -> dict[str, Any] | None:
+        """An epoch-end checkpoint carries its epoch's primary quality score, by which
+        keepBest keeps checkpoints and the export picks one (storage/retention.py)."""
+        if self._score is None or pos != Position(self._score[0], 0):
+            return None
+        return {SCORE_KEY: self._score[1].to_manifest()}
 
     # ---- one epoch -----------------------------------------------------------------------
     def _local_flags(self) -> tuple[bool, bool]:
@@ -250,10 +269,13 @@ class Driver:
         g, d = self.b.epoch_losses(self.state)  # collective: every rank takes part
         quality: dict[str, float] = {}
         quality_seconds = 0.0
+        sample = None
         if self.b.chief:
-            self.render_samples(epoch)
+            sample = self.render_samples(epoch)
             quality, quality_seconds = self.measure_quality()
-        self.report.epoch_done(
+            picked = self.quality.primary.pick(quality) if self.quality is not None else None
+            self._score = (epoch, Score(*picked)) if picked else None
+        rec = self.report.epoch_done(
             epoch,
             elapsed,
             steps=self.state.steps,
@@ -264,6 +286,8 @@ class Driver:
             quality=quality,
             quality_seconds=quality_seconds,
         )
+        if rec is not None and self.artifacts is not None:
+            self.artifacts.epoch_done(rec, sample)
 
     def measure_quality(self) -> tuple[dict[str, float], float]:
         """Chief: this epoch's quality scores (quality.py) and what they cost, the scorer's

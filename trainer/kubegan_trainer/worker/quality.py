@@ -18,6 +18,12 @@ so each model family is scored against real data the way people judge it by hand
 
 The scoring set and the noise are fixed (their own seeds), so epochs are comparable and the
 training random stream is never touched. The cost is reported as `quality_seconds`.
+
+Each scorer names its primary score and whether higher is better (`Primary`): the one
+`spec.checkpoint.keepBest` ranks checkpoints by and the export picks the generator with
+(storage/retention.py). Images: `feature_distance` (lower); showers:
+`sampling_fraction_error` (lower: the energy response is what the 3DGAN work validates
+first); pairs: `psnr_db` (higher).
 """
 
 from __future__ import annotations
@@ -42,7 +48,22 @@ class Generator(Protocol):
     def generate(self, real: dict[str, np.ndarray], seed: int) -> Any: ...
 
 
+@dataclass(frozen=True)
+class Primary:
+    metric: str
+    higher_is_better: bool
+
+    def pick(self, scores: dict[str, float]) -> tuple[str, float, bool] | None:
+        """(metric, value, higher is better) when this epoch's scores hold a finite value."""
+        value = scores.get(self.metric)
+        if value is None or not np.isfinite(value):
+            return None
+        return self.metric, float(value), self.higher_is_better
+
+
 class Scorer(Protocol):
+    primary: Primary
+
     def score(self, backend: Generator, seed: int) -> dict[str, float]: ...
 
 
@@ -50,6 +71,10 @@ class Scorer(Protocol):
 class Quality:
     scorer: Scorer
     seed: int
+
+    @property
+    def primary(self) -> Primary:
+        return self.scorer.primary
 
     def measure(self, backend: Generator) -> tuple[dict[str, float], float]:
         """({metric: value}, seconds it took)."""
@@ -129,6 +154,8 @@ class LinearDiscriminant:
 
 
 class ClassifierScorer:
+    primary = Primary("feature_distance", higher_is_better=False)
+
     def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
         x = pooled(images)
         # Linear discriminant analysis: closed form (~0.2 s once per run, numpy only), ~90 %
@@ -187,6 +214,8 @@ def shower_distances(
 
 
 class ShowerScorer:
+    primary = Primary("sampling_fraction_error", higher_is_better=False)
+
     def __init__(self, real: dict[str, np.ndarray]) -> None:
         self.real = real
 
@@ -201,6 +230,8 @@ class PairedScorer:
     """L1 and PSNR (images in [-1, 1]: peak-to-peak 2) of generated against target images on
     held-out pairs: fresh synthetic pairs, or the folder `spec.model.options.heldOutPath`.
     A folder job that names none is scored on its last training pairs (docs/trainer.md)."""
+
+    primary = Primary("psnr_db", higher_is_better=True)
 
     def __init__(self, held_out: dict[str, np.ndarray] | None = None) -> None:
         self.real = held_out

@@ -80,9 +80,10 @@ class Reporter:
         world_size: int,
         quality: dict[str, float] | None = None,
         quality_seconds: float = 0.0,
-    ) -> None:
+    ) -> EpochRecord | None:
+        """The epoch's record, logged and written to metrics.jsonl (None on other ranks)."""
         if self.metrics is None:
-            return
+            return None
         rec = EpochRecord(
             epoch=epoch,
             epoch_seconds=round(elapsed, 6),
@@ -99,6 +100,7 @@ class Reporter:
         self.metrics_log.append(rec)
         self.metrics.record_epoch(rec)
         log.info(epoch_line(rec.__dict__, self.epochs))
+        return rec
 
     def stopped(self, saved: Position | None, signal_name: str | None, epoch0: int) -> None:
         if self.progress is None:

@@ -19,6 +19,7 @@ from kubegan_api import contract
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
 from kubegan_trainer.base.bounded_read import read_regular
+from kubegan_trainer.worker.run_history import parse_rows
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,11 @@ class TrainerMetrics:
             (*labels, "metric"),
             registry=self.registry,
         )
+        # The newest sample grid stored with the artifacts (0: none yet), for
+        # status.artifacts.latestSamples.
+        self.samples_epoch = gauge(
+            contract.SAMPLES_EPOCH, "Epoch of the newest sample grid stored with the artifacts."
+        ).labels(**self._labels)
 
     def record_checkpoint(self, seconds: float, epoch: int, step: int) -> None:
         self.checkpoint_duration.observe(seconds)
@@ -259,20 +265,7 @@ class MetricsLog:
             data = read_regular(self.path, METRICS_MAX_BYTES)
         except FileNotFoundError:
             return [], 0
-        rows, other = [], 0
-        for line in data.decode("utf-8", errors="replace").splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):
-                row = None  # a torn line from a killed run, or not JSON at all
-            if isinstance(row, dict):
-                rows.append(row)
-            else:
-                other += 1
-        return rows, other
+        return parse_rows(data)
 
     def usable(self) -> UsableRows:
         """The rows fit for the summary, and what was left out (UsableRows.note)."""

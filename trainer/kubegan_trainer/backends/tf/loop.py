@@ -42,13 +42,15 @@ from kubegan_trainer.backends.tf.data import InputSource, next_from
 from kubegan_trainer.backends.tf.models import GanTask, build_task
 from kubegan_trainer.backends.tf.optim import make_optimizer
 from kubegan_trainer.backends.tf.precision import uses_loss_scaling
+from kubegan_trainer.backends.tf.stabilizers import Stabilizers
 from kubegan_trainer.backends.tf.strategy import StrategyInfo
 from kubegan_trainer.base.errors import TrainerError
-from kubegan_trainer.storage.store import Position
-from kubegan_trainer.storage.sync import finish_uploads
+from kubegan_trainer.storage.store import CheckpointRef, Position
 from kubegan_trainer.worker import driver
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
+from kubegan_trainer.worker.run_end import run_to_end
+from kubegan_trainer.worker.schedules import run_updates
 from kubegan_trainer.worker.signals import StopFlag
 
 log = logging.getLogger("kubegan_trainer")
@@ -93,10 +95,21 @@ class GanTrainer:
             self.rng = tf.random.Generator.from_seed(t.seed)
             self.task.rng.gen = self.rng
             self.G, self.D = self.task.generator, self.task.discriminator
-            self.opt_g = make_optimizer(t.generator, t.mixed_precision, "generator_opt")
-            self.opt_d = make_optimizer(t.discriminator, t.mixed_precision, "discriminator_opt")
+            self.opt_g, self.opt_d = (
+                make_optimizer(
+                    getattr(t, net),
+                    t.mixed_precision,
+                    f"{net}_opt",
+                    run_updates(t.epochs, self.steps_per_epoch, self.task.schedule.count(net)),
+                )
+                for net in ("generator", "discriminator")
+            )
             self.opt_g.build(self.G.trainable_variables)
             self.opt_d.build(self.D.trainable_variables)
+            # EMA, R1, DiffAugment (stabilizers.py); after G and D are taken from the task.
+            self.stab = Stabilizers(
+                config, self.task, source, self.samples_per_step, tuple(source.sample_arrays)
+            )
             self.state = {
                 "epoch": tf.Variable(0, dtype=tf.int64, trainable=False),
                 "step": tf.Variable(0, dtype=tf.int64, trainable=False),
@@ -121,6 +134,7 @@ class GanTrainer:
             opt_d=self.opt_d,
             rng=self.rng,
             **self.state,
+            **self.stab.objects,
         )
         self.ckpts = TfCheckpoints(
             Path(env.checkpoint_dir),
@@ -131,25 +145,51 @@ class GanTrainer:
         )
         self._reclaim_pending = False
         self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
+        # compile: XLA for each replica's compute (_phase); channelsLast has nothing to change
+        # here, Keras is channels-last already.
         self._train_step = tf.function(self._distributed_step)
 
     # ---- one step --------------------------------------------------------------------------
-    def _phase(self, opt: Any, variables: list, loss_fn: Callable[[int], tf.Tensor]) -> tf.Tensor:
+    def _phase(
+        self,
+        opt: Any,
+        variables: list,
+        loss_fn: Callable[[int], tf.Tensor],
+        reg_fn: Callable[[int], tf.Tensor] | None = None,
+    ) -> tf.Tensor:
         """One optimizer update from k micro-batches; returns this replica's share of the
-        globally averaged loss (summing the shares over replicas gives the mean)."""
+        globally averaged loss (summing the shares over replicas gives the mean). `reg_fn`:
+        a per-example regularizer (R1) the update minimizes too, not part of the loss."""
         ctx = tf.distribute.get_replica_context()
         acc = [tf.zeros_like(v) for v in variables]
         total = tf.constant(0.0, tf.float32)
         per_replica_batch = self.batch * self.replicas
-        for i in range(self.k):
+
+        def micro(i: int) -> tuple[list, tf.Tensor]:
+            """Micro-batch i's gradients and share of the loss: this replica's compute, which
+            `compile` hands to XLA (the all-reduce and the update stay outside: an XLA
+            cluster cannot span the replicas' devices)."""
             with tf.GradientTape() as tape:
                 per_example = tf.cast(loss_fn(i), tf.float32)
                 loss = (
                     tf.nn.compute_average_loss(per_example, global_batch_size=per_replica_batch)
                     / self.k
                 )
-                scaled = opt.scale_loss(loss) if self.scaling else loss
-            grads = tape.gradient(scaled, variables)
+                objective = loss
+                if reg_fn is not None:
+                    objective += (
+                        tf.nn.compute_average_loss(
+                            tf.cast(reg_fn(i), tf.float32), global_batch_size=per_replica_batch
+                        )
+                        / self.k
+                    )
+                scaled = opt.scale_loss(objective) if self.scaling else objective
+            return tape.gradient(scaled, variables), loss
+
+        if self.config.training.compile:
+            micro = tf.function(micro, jit_compile=True)
+        for i in range(self.k):
+            grads, loss = micro(i)
             acc = [
                 a if g is None else a + tf.cast(g, a.dtype) for a, g in zip(acc, grads, strict=True)
             ]
@@ -161,8 +201,12 @@ class GanTrainer:
         opt.apply(grads, variables)
         return total
 
-    def _replica_step(self, batch: dict[str, tf.Tensor], flags: tf.Tensor) -> tuple[tf.Tensor, ...]:
+    def _replica_step(
+        self, batch: dict[str, tf.Tensor], flags: tf.Tensor, r1_due: tuple[bool, ...] = ()
+    ) -> tuple[tf.Tensor, ...]:
+        """`r1_due`: for each discriminator update on real data, whether it carries R1."""
         task, rng, b = self.task, self.rng, self.batch
+        due = iter(r1_due)
         ctx = tf.distribute.get_replica_context()
         sched = task.schedule
         micro = [{k: v[i * b : (i + 1) * b] for k, v in batch.items()} for i in range(self.k)]
@@ -187,7 +231,10 @@ class GanTrainer:
                     def loss(i: int, score=score, inp=inputs) -> tf.Tensor:
                         return score(micro[i], task.generate(inp[i], training=True), inp[i])
 
-                totals[phase.network] += self._phase(opt, variables, loss)
+                reg = None
+                if phase.network == "discriminator" and phase.sees_real and next(due):
+                    reg = self._r1_fn(micro, opt)
+                totals[phase.network] += self._phase(opt, variables, loss, reg)
                 # Recorded while tracing (the graph's update order), for the first replica.
                 first = tf.get_static_value(ctx.replica_id_in_sync_group) == 0
                 if self.phase_log is not None and first:
@@ -206,8 +253,18 @@ class GanTrainer:
         d = totals["discriminator"] / sched.count("discriminator")
         return (g, d, agreed, batch["index"])
 
-    def _distributed_step(self, batch: Any, flags: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        g, d, agreed, index = self.strategy.run(self._replica_step, args=(batch, flags))
+    def _r1_fn(self, micro: list[dict[str, tf.Tensor]], opt: Any) -> Callable[[int], tf.Tensor]:
+        scale = tf.cast(opt.dynamic_scale, tf.float32) if self.scaling else None
+        return lambda i: self.stab.r1_term(micro[i], scale)
+
+    def _distributed_step(
+        self, batch: Any, flags: tf.Tensor, r1_due: tuple[bool, ...], ema_beta: tf.Tensor
+    ) -> tuple[tf.Tensor, ...]:
+        """One step on every replica, then (cross-replica) the generator's average."""
+        g, d, agreed, index = self.strategy.run(
+            lambda b, f: self._replica_step(b, f, r1_due), args=(batch, flags)
+        )
+        self.stab.after_step(ema_beta)
         g = self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
         d = self.strategy.reduce(tf.distribute.ReduceOp.SUM, d, axis=None)
         agreed = self.strategy.experimental_local_results(agreed)[0]
@@ -222,8 +279,9 @@ class GanTrainer:
             self.stop.install()
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def save(self, pos: Position, state: LoopState) -> None:
-        """Collective: every worker calls it; the chief writes the files."""
+    def save(self, pos: Position, state: LoopState, extra: dict[str, Any] | None = None) -> None:
+        """Collective: every worker calls it; the chief writes the files (`extra` into the
+        manifest)."""
         s = self.state
         s["epoch"].assign(pos.epoch)
         s["step"].assign(pos.step)
@@ -232,6 +290,7 @@ class GanTrainer:
         s["d_sum"].assign(state.d_sum)
         s["acc_steps"].assign(state.steps)
         s["elapsed"].assign(state.elapsed)
+        self.stab.before_save()
         self.ckpts.save(
             pos,
             {
@@ -239,6 +298,7 @@ class GanTrainer:
                 "global_step": state.global_step,
                 "replicas": self.replicas,
                 "workers": self.info.num_workers,
+                **(extra or {}),
             },
         )
 
@@ -294,6 +354,7 @@ class GanTrainer:
                 )
             self.rng.reset_from_seed(self.config.training.seed + 104729 * state.global_step)
             s["replicas"].assign(self.replicas)
+        self.stab.after_restore(saved_replicas == self.replicas, state.global_step)
         return pos, state
 
     # ---- samples ---------------------------------------------------------------------------
@@ -308,11 +369,12 @@ class GanTrainer:
         afterwards, so the training state and random stream are unchanged."""
         batch = {k: tf.constant(_channels_last(v)) for k, v in real.items()}
         gen = tf.random.Generator.from_seed(seed)
-        saved = [v.numpy() for v in self.G.non_trainable_variables]
+        sampler = self.stab.sampling_task()  # the generator's average, when there is one
+        saved = [v.numpy() for v in sampler.generator.non_trainable_variables]
         with self.strategy.scope():
             inputs = self.task.generator_inputs(batch, gen)
-            fake = self.task.generate(inputs, training=True)
-        for v, old in zip(self.G.non_trainable_variables, saved, strict=True):
+            fake = sampler.generate(inputs, training=True)
+        for v, old in zip(sampler.generator.non_trainable_variables, saved, strict=True):
             v.assign(old)
         fake = _channels_first(np.asarray(tf.cast(fake, tf.float32).numpy()))
         return Generated(fake, {k: np.asarray(v.numpy()) for k, v in inputs.items()})
@@ -344,7 +406,8 @@ class GanTrainer:
 
     def step(self, batch: Any, local_flags: Flags) -> StepResult:
         flags = tf.constant([float(f) for f in local_flags()])
-        g, d, agreed, index = self._train_step(batch, flags)
+        r1_due = self.stab.r1_due(self.task.schedule.real_d_updates())
+        g, d, agreed, index = self._train_step(batch, flags, r1_due, self.stab.ema_beta())
         if self._reclaim_pending:
             self._reclaim_sigterm()
             self._reclaim_pending = False
@@ -353,11 +416,17 @@ class GanTrainer:
         )
 
     def fit(self) -> int:
-        code = Driver(self, self.config, self.env, self.stop, self.hooks).fit()
-        if not self.chief:
-            return code
-        stop_at = self.stop.requested_at
-        return finish_uploads(self.ckpts.store, code, self.steps_per_epoch, stop_at)
+        driver = Driver(self, self.config, self.env, self.stop, self.hooks)
+        store = self.ckpts.store if self.chief else None
+        return run_to_end(
+            driver, store, self.steps_per_epoch, lambda: self.stop.requested_at, self.export
+        )
+
+    def export(self, ref: CheckpointRef, out: Path) -> dict[str, Path]:
+        """The chief: the generator of checkpoint `ref` as a SavedModel + JSON (export.py)."""
+        from kubegan_trainer.backends.tf.export import export_generator
+
+        return export_generator(self, ref, out)
 
 
 def _channels_first(a: np.ndarray) -> np.ndarray:

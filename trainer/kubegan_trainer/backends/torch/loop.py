@@ -39,20 +39,23 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from kubegan_trainer.backends.torch import rng
+from kubegan_trainer.backends.torch.compiling import compile_networks
 from kubegan_trainer.backends.torch.data import RankBatches, Step
 from kubegan_trainer.backends.torch.models import Batch, GanTask
 from kubegan_trainer.backends.torch.optim import make_optimizer
 from kubegan_trainer.backends.torch.payload import load_payload
 from kubegan_trainer.backends.torch.precision import autocast, make_scaler
+from kubegan_trainer.backends.torch.stabilizers import Stabilizers
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.base.model_settings import settings
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.data.stream import ShardPlan
 from kubegan_trainer.storage.folder import CheckpointStore
-from kubegan_trainer.storage.store import Position, Store
-from kubegan_trainer.storage.sync import finish_uploads, open_checkpoint_store
+from kubegan_trainer.storage.store import CheckpointRef, Position, Store
+from kubegan_trainer.storage.sync import open_checkpoint_store
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
+from kubegan_trainer.worker.run_end import run_to_end
 from kubegan_trainer.worker.signals import StopFlag
 
 log = logging.getLogger("kubegan_trainer")
@@ -114,6 +117,7 @@ class GanTrainer:
         )
         self.samples_per_step = self.input.samples_per_step
         self.steps_per_epoch = self.input.steps_per_epoch
+        self._training_options(tuple(dataset.arrays))
         self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
         # Rank 0 writes checkpoints (and talks to the bucket, if the job names one).
         root, keep = Path(env.checkpoint_dir), config.checkpoint.keep
@@ -152,7 +156,24 @@ class GanTrainer:
         else:
             self.G_ddp, self.D_ddp = self.G, self.D
 
+    def _training_options(self, data_keys: tuple[str, ...]) -> None:
+        """EMA, R1, DiffAugment and the schedules (stabilizers.py), then torch.compile: the
+        average is copied from the eager generator, and stays eager."""
+        self.stab = Stabilizers(
+            self.config,
+            self.task,
+            {"generator": self.opt_g, "discriminator": self.opt_d},
+            self.rank,
+            self.samples_per_step,
+            self.steps_per_epoch,
+            data_keys,
+        )
+        if self.config.training.compile:
+            compile_networks((self.G, self.D), self.device)
+
     def _want_channels_last(self) -> bool:
+        if self.config.training.channels_last is not None:
+            return self.config.training.channels_last
         model = self.config.model
         opt = settings(model.name.value, model.options)["channelsLast"]
         if opt == "auto":  # a win for convolutions with tensor cores; not on CPU
@@ -202,6 +223,7 @@ class GanTrainer:
         totals = {"discriminator": zero, "generator": zero}
         norms: dict[str, float] = {}
         stepped: set[str] = set()
+        r1_due = iter(self.stab.r1_due(sched.real_d_updates()))
         for phase in sched.phases:
             score = getattr(task, phase.loss)
             for _ in range(phase.repeats):
@@ -213,7 +235,8 @@ class GanTrainer:
                     self.scaler.update()
                     stepped.clear()
                 if phase.network == "discriminator":
-                    loss, norms["discriminator"] = self._update_d(score, micro, inputs, fakes)
+                    r1 = phase.sees_real and next(r1_due)
+                    loss, norms["discriminator"] = self._update_d(score, micro, inputs, fakes, r1)
                 else:
                     loss, norms["generator"] = self._update_g(score, micro, inputs, reusable)
                     reusable = None  # its graph is spent
@@ -222,6 +245,7 @@ class GanTrainer:
                 if self.phase_log is not None:
                     self.phase_log.append(f"{phase.network}:{phase.loss}")
         self.scaler.update()
+        self.stab.after_step(self.G)
         return StepStats(
             totals["generator"] / sched.count("generator"),
             totals["discriminator"] / sched.count("discriminator"),
@@ -242,15 +266,24 @@ class GanTrainer:
             self.G.train(True)
 
     def _update_d(
-        self, score: Callable[..., Tensor], micro: list[Batch], inputs: list[Batch], fakes: list
+        self,
+        score: Callable[..., Tensor],
+        micro: list[Batch],
+        inputs: list[Batch],
+        fakes: list,
+        r1: bool = False,
     ) -> tuple[Tensor, float]:
+        """`r1`: this update carries the lazy R1 penalty (not part of the reported loss)."""
         k, total = len(micro), torch.zeros((), device=self.device)
+        d = self.stab.seen_by_d(self.D_ddp)  # augmented when DiffAugment is on
         self.opt_d.zero_grad(set_to_none=True)
         for i, (b, inp, fake) in enumerate(zip(micro, inputs, fakes, strict=True)):
             with self._sync_ctx(self.D_ddp, i == k - 1), autocast(self.precision, self.device):
-                loss = score(self.D_ddp, b, fake.detach(), inp)
-            self.scaler.scale(loss / k).backward()
+                loss = score(d, b, fake.detach(), inp)
+                reg = self.stab.r1_term(d, b, self.scaler) if r1 else 0.0
+            self.scaler.scale((loss + reg) / k).backward()
             total += loss.detach()
+        self.stab.before_update("discriminator")
         return total / k, self._apply(self.opt_d, self.D)
 
     def _update_g(
@@ -268,11 +301,12 @@ class GanTrainer:
             for i, (b, inp) in enumerate(zip(micro, inputs, strict=True)):
                 with self._sync_ctx(self.G_ddp, i == k - 1), autocast(self.precision, self.device):
                     fake = reuse if reuse is not None else self.task.generate(self.G_ddp, inp)
-                    loss = score(self.D, b, fake, inp)
+                    loss = score(self.stab.seen_by_d(self.D), b, fake, inp)
                 self.scaler.scale(loss / k).backward()
                 total += loss.detach()
         finally:
             self.D.requires_grad_(True)
+        self.stab.before_update("generator")
         return total / k, self._apply(self.opt_g, self.G)
 
     # ---- control-plane collectives -------------------------------------------------------
@@ -295,8 +329,9 @@ class GanTrainer:
             dist.barrier(group=self.dist.ctrl_group)
 
     # ---- checkpoints ---------------------------------------------------------------------
-    def save(self, pos: Position, state: LoopState) -> None:
-        """Collective: every rank contributes its RNG state; rank 0 writes."""
+    def save(self, pos: Position, state: LoopState, extra: dict[str, Any] | None = None) -> None:
+        """Collective: every rank contributes its RNG state; rank 0 writes (`extra` into the
+        manifest)."""
         # Per-rank state: RNG streams and this epoch's loss sums differ between ranks.
         mine = {
             "rng": rng.capture(self.device),
@@ -307,6 +342,7 @@ class GanTrainer:
                 for net, m in (("generator", self.G), ("discriminator", self.D))
                 for k, v in m.named_buffers()
             },
+            **self.stab.rank_state(),
             "epoch_acc": {
                 "g_sum": torch.as_tensor(state.g_sum).cpu(),
                 "d_sum": torch.as_tensor(state.d_sum).cpu(),
@@ -334,12 +370,15 @@ class GanTrainer:
                 "scaler": self.scaler.state_dict(),
                 "ranks": states,
                 "model": self.config.model.to_api(),
+                **self.stab.state(),
             }
             staging = self.store.begin(pos)
             try:
                 torch.save(payload, staging / STATE_FILE)
                 self.store.commit(
-                    staging, pos, extra={"world_size": self.world, "framework": "pytorch"}
+                    staging,
+                    pos,
+                    extra={"world_size": self.world, "framework": "pytorch", **(extra or {})},
                 )
             except BaseException:
                 self.store.abort(staging)
@@ -394,6 +433,7 @@ class GanTrainer:
             self.opt_g.load_state_dict(payload["opt_g"])
             self.opt_d.load_state_dict(payload["opt_d"])
             self.scaler.load_state_dict(payload["scaler"])
+            self.stab.load(payload)
             pos = Position(**payload["position"])
             global_step = int(payload["global_step"])
             same_world = payload["world_size"] == self.world
@@ -414,6 +454,7 @@ class GanTrainer:
         if same_world:
             rng.restore(mine["rng"], self.device)
             self._restore_buffers(mine.get("buffers", {}))
+            self.stab.load_rank_state(mine)
         else:
             if self.rank0:
                 log.warning(
@@ -423,6 +464,7 @@ class GanTrainer:
                     self.world,
                 )
             rng.seed_all(self.config.training.seed + 7919 * self.dist.rank + 104729 * global_step)
+            self.stab.reseed(global_step)
         return pos, state
 
     def _restore_buffers(self, saved: dict[str, Tensor]) -> None:
@@ -444,16 +486,17 @@ class GanTrainer:
         RNG forked, so training is unaffected."""
         batch = {k: self._to_device(torch.from_numpy(v)) for k, v in real.items()}
         inputs = self.task.generator_inputs(batch, rng=torch.Generator().manual_seed(seed))
-        saved = {k: v.clone() for k, v in self.G.named_buffers()}
+        g = self.stab.sampling_generator(self.G)
+        saved = {k: v.clone() for k, v in g.named_buffers()}
         devices = [self.device] if self.device.type == "cuda" else []
         with (
             torch.random.fork_rng(devices=devices),
             torch.no_grad(),
             autocast(self.precision, self.device),
         ):
-            fake = self.task.generate(self.G, inputs).float().cpu().numpy()
+            fake = self.task.generate(g, inputs).float().cpu().numpy()
         with torch.no_grad():
-            for k, v in self.G.named_buffers():
+            for k, v in g.named_buffers():
                 v.copy_(saved[k])
         return Generated(fake, {k: v.cpu().numpy() for k, v in inputs.items()})
 
@@ -483,8 +526,17 @@ class GanTrainer:
         return StepResult(stats.g_loss, stats.d_loss, stop, due, index.numpy())
 
     def fit(self) -> int:
-        code = Driver(self, self.config, self.env, self.stop, self.hooks).fit()
-        return finish_uploads(self.store, code, self.steps_per_epoch, self.stop.requested_at)
+        driver = Driver(self, self.config, self.env, self.stop, self.hooks)
+        store = self.store if self.rank0 else None
+        return run_to_end(
+            driver, store, self.steps_per_epoch, lambda: self.stop.requested_at, self.export
+        )
+
+    def export(self, ref: CheckpointRef, out: Path) -> dict[str, Path]:
+        """Rank 0: the generator of checkpoint `ref` as safetensors + JSON (export.py)."""
+        from kubegan_trainer.backends.torch.export import export_generator
+
+        return export_generator(self, ref, ref.path / STATE_FILE, out)
 
 
 def params_digest(module: nn.Module) -> np.ndarray:
