@@ -254,6 +254,13 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
         f"!self.training.zero || self.framework == '{Framework.pytorch}'",
         lambda s: not s.training.zero or s.framework == Framework.pytorch,
     ),
+    CrossFieldRule(
+        ".training.augment",
+        f"augment transforms images; {ModelName.gan3d}'s showers are energies whose place "
+        "and sum are the physics",
+        f"!has(self.training.augment) || self.model.name != '{ModelName.gan3d}'",
+        lambda s: s.training.augment is None or s.model.name != ModelName.gan3d,
+    ),
     *framework_rules(),
     CrossFieldRule(
         ".model.entrypoint",

@@ -451,6 +451,49 @@ CASES: tuple[CelCase, ...] = (
         refused=(_spec(training={"zero": True}),),
         accepted=(_spec(framework="pytorch", training={"zero": True}),),
     ),
+    *(
+        case
+        for net in ("generator", "discriminator")
+        for case in (
+            CelCase(
+                f"spec.training.{net}.weightDecay",
+                "weightDecay is only for optimizer adamw (decoupled weight decay)",
+                refused=(
+                    _spec(training={net: {"weightDecay": 0.01}}),
+                    _spec(training={net: {"optimizer": "adam", "weightDecay": 1}}),
+                ),
+                accepted=(
+                    _spec(training={net: {"optimizer": "adamw", "weightDecay": 0.01}}),
+                    _spec(training={net: {"optimizer": "adam", "weightDecay": 0}}),
+                ),
+            ),
+            CelCase(
+                f"spec.training.{net}.warmupSteps",
+                "warmupSteps is only for schedule linear-warmup or cosine",
+                refused=(_spec(training={net: {"warmupSteps": 100}}),),
+                accepted=(
+                    _spec(training={net: {"schedule": "cosine", "warmupSteps": 100}}),
+                    _spec(training={net: {"schedule": "cosine"}}),
+                ),
+            ),
+            CelCase(
+                f"spec.training.{net}.warmupSteps",
+                "schedule linear-warmup needs warmupSteps of at least 1",
+                refused=(_spec(training={net: {"schedule": "linear-warmup"}}),),
+                accepted=(_spec(training={net: {"schedule": "linear-warmup", "warmupSteps": 1}}),),
+            ),
+        )
+    ),
+    CelCase(
+        "spec.training.augment",
+        "augment transforms images; gan3d's showers are energies whose place and sum are the "
+        "physics",
+        refused=(_spec(training={"augment": {}}), _spec(training={"augment": {"policy": "color"}})),
+        accepted=(
+            _spec(model={"name": "dcgan"}, training={"augment": {"policy": "color,cutout"}}),
+            _spec(training={"ema": {"halfLifeKimg": 2}, "r1": {"gamma": 1}}),
+        ),
+    ),
     CelCase(
         "spec.model.name",
         "pix2pix is only available with framework pytorch",

@@ -31,6 +31,7 @@ class TrainingPhase:
     loss: str  # the task method: d_loss, d_loss_real, d_loss_fake, g_loss
     repeats: int = 1  # optimizer updates in a row
     fresh_inputs: bool = False  # new generator inputs (noise) for every update
+    sees_real: bool = True  # D phases: the loss scores real data (R1 regularizes it there)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class Schedule:
     def count(self, network: Network) -> int:
         return sum(p.repeats for p in self.phases if p.network == network)
 
+    def real_d_updates(self) -> int:
+        """Discriminator updates of one step that score real data (where R1 applies)."""
+        return sum(p.repeats for p in self.phases if p.network == "discriminator" and p.sees_real)
+
 
 # DCGAN, AC-GAN, pix2pix, custom models: one D update on real + fake, one G update.
 STANDARD = Schedule(
@@ -57,7 +62,7 @@ STANDARD = Schedule(
 GAN3D = Schedule(
     (
         TrainingPhase("discriminator", "d_loss_real"),
-        TrainingPhase("discriminator", "d_loss_fake"),
+        TrainingPhase("discriminator", "d_loss_fake", sees_real=False),
         TrainingPhase("generator", "g_loss", repeats=2, fresh_inputs=True),
     ),
     d_fakes_training=False,

@@ -88,6 +88,14 @@ class GanTask(ABC):
     def g_loss(self, batch: Batch, fake: tf.Tensor, inputs: Batch) -> tf.Tensor:
         """Per-example generator loss through the discriminator."""
 
+    r1_key: str = "image"  # the batch key of the real data lazy R1 differentiates by
+
+    def real_logits(self, batch: Batch, real: tf.Tensor) -> tf.Tensor:
+        """D's realness logits with `real` in place of `batch[r1_key]` (lazy R1): its only
+        output, or the first of several."""
+        out = self.discriminator(real, training=True)
+        return out[0] if isinstance(out, tuple | list) else out
+
 
 def normal_init() -> keras.initializers.Initializer:
     # N(0, 0.02): the DCGAN initialisation, as in the PyTorch backend.

@@ -109,6 +109,11 @@ class Pix2PixTask(GanTask):
     def image_keys(self) -> tuple[str, ...]:
         return ("a", "b")
 
+    r1_key = "b"  # the target: R1 regularizes D's gradient at real pairs by their target
+
+    def real_logits(self, d: nn.Module, batch: Batch, real: Tensor) -> Tensor:
+        return d(torch.cat([batch["a"], real], 1))
+
     def generator_inputs(self, batch: Batch, rng: torch.Generator | None = None) -> Batch:
         return {"a": batch["a"]}  # no z: dropout in the U-Net is the noise
 

@@ -73,6 +73,14 @@ class GanTask(ABC):
         """Batch keys holding images (for channels_last)."""
         return ("image",)
 
+    r1_key: str = "image"  # the batch key of the real data lazy R1 differentiates by
+
+    def real_logits(self, d: nn.Module, batch: Batch, real: Tensor) -> Tensor:
+        """D's realness logits with `real` in place of `batch[r1_key]` (lazy R1): its only
+        output, or the first of several."""
+        out = d(real)
+        return out[0] if isinstance(out, tuple | list) else out
+
 
 def bce_logits(logits: Tensor, target: float | Tensor) -> Tensor:
     logits = logits.float()
