@@ -139,7 +139,9 @@ class ObjectMeta(ApiModel):
                     "letters, digits, '-', '_' and '.', starting and ending with a letter or "
                     "digit)"
                 )
-            if key in KUEUE_NAME_LABELS and not re.fullmatch(_DNS_1123_SUBDOMAIN, value):
+            # Empty is not a name but a choice: an empty queue label keeps the job out of its
+            # namespace's default queue (docs/install.md).
+            if key in KUEUE_NAME_LABELS and value and not re.fullmatch(_DNS_1123_SUBDOMAIN, value):
                 raise ValueError(
                     f"{key}: value {value!r} is not a Kueue object name (lowercase letters, "
                     "digits, '-' and '.', starting and ending with a letter or digit)"

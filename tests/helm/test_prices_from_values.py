@@ -9,7 +9,7 @@ from kubegan_operator.entry.cli import build_parser
 
 from tests.helm.chart import CHART, KUBE_VERSION, by_kind, helm, template
 
-ADDRESS = "prometheus://prometheus-operated.monitoring:9090"
+ADDRESS = "prometheus://prometheus-operated.monitoring:9093"
 
 
 def operator_args(*values: str) -> list[str]:
@@ -25,12 +25,14 @@ def test_the_address_reaches_the_operator_as_it_parses_it() -> None:
     args = operator_args("--set", f"pricesFrom={ADDRESS}")
     assert f"--prices-from={ADDRESS}" in args
     parsed = build_parser().parse_args(args)
-    assert parsed.prices_from == "http://prometheus-operated.monitoring:9090"
-    assert parsed.prices == "/etc/kubegan/prices/prices.yaml"  # the rows it goes over
+    assert parsed.prices_from == "http://prometheus-operated.monitoring:9093"
+    # The rows it goes over: the chart's table is still passed beside it.
+    table = next(a.split("=", 1)[1] for a in args if a.startswith("--prices="))
+    assert parsed.prices == table and table.endswith("/prices.yaml")
 
 
 @pytest.mark.parametrize(
-    "bad", ["http://prom:9090", "prometheus://prom", "prometheus://prom:9090?x=1"]
+    "bad", ["http://prom:9093", "prometheus://prom", "prometheus://prom:9093?x=1"]
 )
 def test_another_form_fails_the_schema(bad: str) -> None:
     result = helm(

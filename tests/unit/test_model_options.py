@@ -171,7 +171,8 @@ def job(model: str, options: dict[str, Any]) -> dict[str, Any]:
                 **({"entrypoint": ENTRYPOINT} if model == "custom" else {}),
             },
             "data": {"source": SOURCE.get(model, "digits")},
-            "resources": {"workers": 1, "gpusPerWorker": 0},
+            # Named requests: these tests are about options, not the BestEffort warning.
+            "resources": {"workers": 1, "gpusPerWorker": 0, "cpu": "1", "memory": "2Gi"},
         },
     }
 

@@ -96,11 +96,11 @@ def test_rows_go_over_the_prices_file() -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("http://prom:9090", "the scheme is http, not prometheus"),
+        ("http://prom:9093", "the scheme is http, not prometheus"),
         ("prometheus://prom", "the port is missing"),
-        ("prometheus://:9090", "the host is missing"),
-        ("prometheus://u:p@prom:9090", "credentials in the address are not supported"),
-        ("prometheus://prom:9090/?x=1", "a query or fragment is not allowed"),
+        ("prometheus://:9093", "the host is missing"),
+        ("prometheus://u:p@prom:9093", "credentials in the address are not supported"),
+        ("prometheus://prom:9093/?x=1", "a query or fragment is not allowed"),
         ("prometheus://prom:99999", "Port out of range"),
     ],
 )
@@ -111,8 +111,8 @@ def test_an_address_that_is_not_one(text: str, problem: str) -> None:
 
 
 def test_the_address_with_a_path() -> None:
-    assert prometheus_base_url("prometheus://prom.monitoring:9090/prom/") == (
-        "http://prom.monitoring:9090/prom"
+    assert prometheus_base_url("prometheus://prom.monitoring:9093/prom/") == (
+        "http://prom.monitoring:9093/prom"
     )
 
 
@@ -201,7 +201,7 @@ def test_plan_with_no_prometheus_there(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_plan_refuses_an_address_that_is_not_one(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["plan", "--nodes", "n.yaml", "--prices-from", "prom:9090", str(EXAMPLE)])
+        main(["plan", "--nodes", "n.yaml", "--prices-from", "prom:9093", str(EXAMPLE)])
     assert exit_.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "argument --prices-from" in lines[0]
