@@ -35,12 +35,15 @@ CLAIM = "budget-checkpoints"
 
 
 def job(**changes: Any) -> dict[str, Any]:
+    # A change may name the claim too (None: no claim), so the default goes in first.
     return load_example(
         "gan3d-gke-v100-spot.yaml",
-        metadata__name=NAME,
-        spec__resources__gpus=16,
-        spec__checkpoint__claimName=CLAIM,
-        **changes,
+        **{
+            "metadata__name": NAME,
+            "spec__resources__gpus": 16,
+            "spec__checkpoint__claimName": CLAIM,
+            **changes,
+        },
     )
 
 
