@@ -31,7 +31,7 @@ from kubegan_api.training_options import (
     LrSchedule,
     R1Spec,
 )
-from kubegan_api.urls import BucketUriText, S3Endpoint
+from kubegan_api.urls import BucketUriText, S3Endpoint, credentials_rules
 
 # model.options is free-form JSON; bounded so that walking it never recurses too deeply.
 MAX_OPTIONS_DEPTH = 64
@@ -180,6 +180,8 @@ def _scalar_problem(item: Any, at: str) -> str | None:
 
 
 class DataSpec(ApiModel):
+    model_config = ApiModel.model_config | cel_rules(*credentials_rules("uri", "endpoint"))
+
     source: DataSource = Field(
         default=DataSource.synthetic, description="synthetic | digits | files."
     )
@@ -318,6 +320,8 @@ class TrainingSpec(ApiModel):
 
 
 class CheckpointSpec(ApiModel):
+    model_config = ApiModel.model_config | cel_rules(*credentials_rules("uri", "endpoint"))
+
     claim_name: ObjectName = Field(
         default="",
         description=f"PVC mounted at {CHECKPOINT_ROOT}; empty means no resume across pods.",

@@ -162,8 +162,27 @@ def _checked(rules: tuple[Rule, ...]) -> Callable[[str], str]:
 
 
 def _schema(rules: tuple[Rule, ...]) -> dict[str, Any]:
-    """The rules as the CRD puts them on the field (self = the string)."""
-    return {"x-kubernetes-validations": [{"rule": r.cel, "message": r.message} for r in rules]}
+    """The rules as the CRD puts them on the field (self = the string), all but the
+    credentials rule: the apiserver quotes a string field's value in its refusal, so that rule
+    sits on the object holding the field (`credentials_rules`), where it says "object"."""
+    on_field = [r for r in rules if r is not CREDENTIALS_RULE]
+    return {"x-kubernetes-validations": [{"rule": r.cel, "message": r.message} for r in on_field]}
+
+
+def credentials_rules(*fields: str) -> tuple[Rule, ...]:
+    """The credentials rule for each URI or endpoint field (camelCase names) of an object, as
+    CEL on that object so the apiserver never echoes a secret back; in Python the field's own
+    validator already refuses it with the same message (hence `holds` is always true)."""
+    pattern = cel.raw_string(_CREDENTIALS)
+    return tuple(
+        Rule(
+            f".{name}",
+            CREDENTIALS_MESSAGE,
+            f"!has(self.{name}) || !self.{name}.matches({pattern})",
+            lambda _: True,
+        )
+        for name in fields
+    )
 
 
 BucketUriText = Annotated[
