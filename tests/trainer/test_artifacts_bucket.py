@@ -219,8 +219,12 @@ def _tf_trainer_images(cfg, pod: Path, spec: dict, z: np.ndarray) -> np.ndarray:
     import tensorflow as tf
     from kubegan_trainer.backends.tf.data import make_source
     from kubegan_trainer.backends.tf.models import build_task
+    from kubegan_trainer.backends.tf.strategy import _logical_cpu_devices
     from kubegan_trainer.data import build_dataset
 
+    # The first TensorFlow use of this pytest process fixes its devices: split the CPU as the
+    # strategy does (tests/trainer/tf/conftest.py), or later tests get one replica, not two.
+    _logical_cpu_devices()
     task = build_task(cfg, make_source(build_dataset(cfg), cfg.training.seed, 1))
     ckpt = pod / "checkpoints" / spec["checkpoint"]["name"] / "state"
     tf.train.Checkpoint(generator=task.generator).read(str(ckpt)).expect_partial()
