@@ -22,27 +22,10 @@ from kubegan_trainer.worker.driver import Hooks
 from kubegan_trainer.worker.phases import GAN3D, STANDARD
 from torch import nn
 
+from tests.trainer.util import EVERY_TRAINING_OPTION as OPTIONS
 from tests.trainer.util import config, run_workers, single_rank_trainer
 
 TINY = {"imageSize": 8, "ngf": 4, "ndf": 4, "latentDim": 8}
-OPTIONS = {
-    "ema": {"halfLifeKimg": 0.05, "rampup": 0.5},
-    "r1": {"gamma": 0.5, "interval": 2},
-    "augment": {"policy": "color,translation,cutout"},
-    "generator": {
-        "optimizer": "adamw",
-        "learningRate": 2e-4,
-        "weightDecay": 0.01,
-        "schedule": "cosine",
-        "warmupSteps": 2,
-    },
-    "discriminator": {
-        "optimizer": "adam",
-        "learningRate": 2e-4,
-        "schedule": "linear-warmup",
-        "warmupSteps": 3,
-    },
-}
 
 
 # ---- DiffAugment: mit-han-lab/data-efficient-gans DiffAugment_pytorch.py, transcribed with an

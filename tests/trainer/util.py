@@ -134,3 +134,24 @@ def single_rank_trainer(
 
 def flat_params(state: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([v.double().flatten() for v in state.values() if v.is_floating_point()])
+
+
+# Every training option on at once (both frameworks' resume tests).
+EVERY_TRAINING_OPTION: dict[str, Any] = {
+    "ema": {"halfLifeKimg": 0.05, "rampup": 0.5},
+    "r1": {"gamma": 0.5, "interval": 2},
+    "augment": {"policy": "color,translation,cutout"},
+    "generator": {
+        "optimizer": "adamw",
+        "learningRate": 2e-4,
+        "weightDecay": 0.01,
+        "schedule": "cosine",
+        "warmupSteps": 2,
+    },
+    "discriminator": {
+        "optimizer": "adam",
+        "learningRate": 2e-4,
+        "schedule": "linear-warmup",
+        "warmupSteps": 3,
+    },
+}

@@ -21,25 +21,8 @@ from kubegan_trainer.worker.driver import Hooks
 from kubegan_trainer.worker.ema import ema_beta
 
 from tests.trainer.tf.tfutil import tf_config, trainer
+from tests.trainer.util import EVERY_TRAINING_OPTION as OPTIONS
 
-OPTIONS = {
-    "ema": {"halfLifeKimg": 0.05, "rampup": 0.5},
-    "r1": {"gamma": 0.5, "interval": 2},
-    "augment": {"policy": "color,translation,cutout"},
-    "generator": {
-        "optimizer": "adamw",
-        "learningRate": 2e-4,
-        "weightDecay": 0.01,
-        "schedule": "cosine",
-        "warmupSteps": 2,
-    },
-    "discriminator": {
-        "optimizer": "adam",
-        "learningRate": 2e-4,
-        "schedule": "linear-warmup",
-        "warmupSteps": 3,
-    },
-}
 OPS = ("color", "translation", "cutout")
 
 
