@@ -24,6 +24,7 @@ from kubegan_api.contract import (
 )
 from kubegan_operator.foundation.timeutil import parse_time
 
+from tests.cluster.test_operator import wait_phase
 from tests.support.kube import Kubectl, Operator, condition, load_example, wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -131,11 +132,7 @@ def test_a_job_is_suspended_at_its_budget_and_resumes_when_it_is_raised(
     nodes(V100)
     # 16 spot V100s cost dollars an hour: 5 cents are seconds of running.
     cluster.apply(job(spec__cost__budgetDollars=0.05), namespace=namespace)
-    st = wait_for(
-        "suspended at the budget",
-        lambda: (s := status(cluster, namespace)).get("phase") == "Suspended" and s,
-        timeout=120,
-    )
+    st = wait_phase(cluster, namespace, NAME, "Suspended", timeout=120)
     exceeded = condition(st, "BudgetExceeded")
     assert (exceeded["status"], exceeded["reason"]) == ("True", "BudgetExceeded")
     assert "spec.cost.budgetDollars $0.05" in exceeded["message"]
@@ -156,11 +153,7 @@ def test_a_job_is_suspended_at_its_budget_and_resumes_when_it_is_raised(
     assert status(cluster, namespace)["cost"]["dollars"] == spent
 
     patch_spec(cluster, namespace, {"budgetDollars": 1000})
-    st = wait_for(
-        "running again",
-        lambda: (s := status(cluster, namespace)).get("phase") == "Running" and s,
-        timeout=90,
-    )
+    st = wait_phase(cluster, namespace, NAME, "Running", timeout=90)
     cleared = condition(st, "BudgetExceeded")
     assert (cleared["status"], cleared["reason"]) == ("False", "WithinBudget")
     assert condition(st, "Suspended")["status"] == "False"
