@@ -4,9 +4,9 @@
 #   docker build --target trainer-torch -t ghcr.io/kubegan/trainer-torch:0.1.0 .
 #   docker build --target trainer-tf    -t ghcr.io/kubegan/trainer-tf:0.1.0 .
 #   docker build --target trainer-tf-tpu -t ghcr.io/kubegan/trainer-tf-tpu:0.1.0 .   (amd64 only)
-# Builder stages install into a virtualenv; the final stages copy only that virtualenv onto
-# a clean slim base (no compiler, no pip, no package caches). Every dependency ships wheels,
-# so the builders need no build tools either. Versions and hashes come from uv.lock, exported to
+# Each image's dependencies are installed into a virtualenv on a clean slim base (no compiler, no
+# pip, no package caches: uv runs from a bind mount, its cache is a cache mount). Every dependency
+# ships wheels, so no build tools are needed. Versions and hashes come from uv.lock, exported to
 # requirements/*.txt (hack/lock.sh; `make lock` upgrades them on purpose).
 #
 # Layers, so that a code change rebuilds in seconds: each image's dependencies are installed
@@ -78,51 +78,6 @@ RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
     /opt/uv/bin/uv pip install --no-progress --offline --no-cache --python /opt/venv/bin/python \
       --no-deps --no-build-isolation --compile-bytecode --prefix /pkg/opt/venv .
 
-# The dependencies of each image, into /opt/venv (made without pip: the final images have none).
-FROM ${PYTHON_IMAGE} AS deps-operator
-COPY --from=requirements /req/operator.txt /req/requirements.txt
-RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
-    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
-    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
-    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
-    python -m venv --without-pip /opt/venv \
- && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
-      --compile-bytecode --require-hashes -r /req/requirements.txt
-
-FROM ${PYTHON_IMAGE} AS deps-torch
-# torch from PyPI on linux/amd64 brings its CUDA runtime wheels (nvidia-*): one image for
-# GPU and CPU nodes.
-COPY --from=requirements /req/torch.txt /req/requirements.txt
-RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
-    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
-    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
-    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
-    python -m venv --without-pip /opt/venv \
- && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
-      --compile-bytecode --require-hashes -r /req/requirements.txt
-
-FROM ${PYTHON_IMAGE} AS deps-tf
-COPY --from=requirements /req/tensorflow-image.txt /req/requirements.txt
-RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
-    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
-    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
-    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
-    python -m venv --without-pip /opt/venv \
- && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
-      --compile-bytecode --require-hashes -r /req/requirements.txt
-
-FROM ${PYTHON_IMAGE} AS deps-tf-tpu
-# tensorflow-tpu and the libtpu runtime it loads (extra tpu of pyproject.toml; linux/amd64 only,
-# libtpu needs glibc 2.31+): TensorFlow for TPU nodes, no CUDA wheels.
-COPY --from=requirements /req/tpu.txt /req/requirements.txt
-RUN --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
-    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
-    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
-    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
-    python -m venv --without-pip /opt/venv \
- && UV_LINK_MODE=copy /opt/uv/bin/uv pip install --no-progress --python /opt/venv/bin/python \
-      --compile-bytecode --require-hashes -r /req/requirements.txt
-
 # ---------------------------------------------------------------- runtime base
 FROM ${PYTHON_IMAGE} AS runtime
 # Read-only root filesystem in the pods: Python writes no bytecode, HOME is the /tmp emptyDir.
@@ -140,11 +95,61 @@ RUN if python -m pip --version >/dev/null 2>&1; then \
       --home-dir /tmp --shell /usr/sbin/nologin nonroot
 WORKDIR /tmp
 
+# ---------------------------------------------------------------- dependencies
+# The dependencies of each image, into /opt/venv (made without pip: the final images have none),
+# installed ON the runtime base: the install step's layer is the image's dependency layer, so
+# BuildKit stores it once (a builder stage plus `COPY --from` stored every venv twice, 12 GB more
+# for the four images). The lists come in by bind mounts, so the layer holds /opt/venv alone.
+# UV_CACHE_DIR names the cache mount: the runtime base's HOME is /tmp, and uv's default cache
+# there landed in the layer (7 GB of unpacked wheels in trainer-torch on 2026-11-27).
+FROM runtime AS deps-operator
+RUN --mount=type=bind,from=requirements,source=/req/operator.txt,target=/req/requirements.txt \
+    --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy UV_CACHE_DIR=/root/.cache/uv /opt/uv/bin/uv pip install --no-progress \
+      --python /opt/venv/bin/python --compile-bytecode --require-hashes -r /req/requirements.txt
+
+FROM runtime AS deps-torch
+# torch from PyPI on linux/amd64 brings its CUDA runtime wheels (nvidia-*): one image for
+# GPU and CPU nodes.
+RUN --mount=type=bind,from=requirements,source=/req/torch.txt,target=/req/requirements.txt \
+    --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy UV_CACHE_DIR=/root/.cache/uv /opt/uv/bin/uv pip install --no-progress \
+      --python /opt/venv/bin/python --compile-bytecode --require-hashes -r /req/requirements.txt
+
+FROM runtime AS deps-tf
+RUN --mount=type=bind,from=requirements,source=/req/tensorflow-image.txt,target=/req/requirements.txt \
+    --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy UV_CACHE_DIR=/root/.cache/uv /opt/uv/bin/uv pip install --no-progress \
+      --python /opt/venv/bin/python --compile-bytecode --require-hashes -r /req/requirements.txt
+
+FROM runtime AS deps-tf-tpu
+# tensorflow-tpu and the libtpu runtime it loads (extra tpu of pyproject.toml; linux/amd64 only,
+# libtpu needs glibc 2.31+): TensorFlow for TPU nodes, no CUDA wheels.
+RUN --mount=type=bind,from=requirements,source=/req/tpu.txt,target=/req/requirements.txt \
+    --mount=type=bind,from=uv,source=/opt/uv,target=/opt/uv \
+    --mount=type=cache,id=kubegan-uv,target=/root/.cache/uv,sharing=locked \
+    --mount=type=secret,id=uv.toml,target=/etc/uv/uv.toml \
+    --mount=type=secret,id=ca-certificates.crt,target=/etc/ssl/certs/ca-certificates.crt \
+    python -m venv --without-pip /opt/venv \
+ && UV_LINK_MODE=copy UV_CACHE_DIR=/root/.cache/uv /opt/uv/bin/uv pip install --no-progress \
+      --python /opt/venv/bin/python --compile-bytecode --require-hashes -r /req/requirements.txt
+
 # ---------------------------------------------------------------- targets
-# Two layers each on the runtime base: the dependencies (large, reused after code changes),
-# then the kubegan package (small).
-FROM runtime AS operator
-COPY --from=deps-operator /opt/venv /opt/venv
+# Each target is its dependency stage (runtime base + the large dependency layer, reused after
+# code changes) plus the kubegan package (a small last layer).
+FROM deps-operator AS operator
 COPY --from=package /pkg/opt/venv /opt/venv
 # The chart's pod security context runs it as 65532 too (charts/kubegan values.yaml).
 USER 65532:65532
@@ -152,23 +157,20 @@ EXPOSE 8000 8080
 ENTRYPOINT ["kubegan"]
 CMD ["operator"]
 
-FROM runtime AS trainer-torch
-COPY --from=deps-torch /opt/venv /opt/venv
+FROM deps-torch AS trainer-torch
 COPY --from=package /pkg/opt/venv /opt/venv
 # Worker pods run as 1000 (render.py RUN_AS_USER) with the command python -m kubegan_trainer.
 USER 1000:1000
 ENTRYPOINT ["python", "-m", "kubegan_trainer"]
 
-FROM runtime AS trainer-tf
-COPY --from=deps-tf /opt/venv /opt/venv
+FROM deps-tf AS trainer-tf
 COPY --from=package /pkg/opt/venv /opt/venv
 USER 1000:1000
 ENTRYPOINT ["python", "-m", "kubegan_trainer"]
 
 # TensorFlow jobs on TPUs (the operator's default for them); without a TPU the trainer exits 2
 # with one line saying none was found.
-FROM runtime AS trainer-tf-tpu
-COPY --from=deps-tf-tpu /opt/venv /opt/venv
+FROM deps-tf-tpu AS trainer-tf-tpu
 COPY --from=package /pkg/opt/venv /opt/venv
 USER 1000:1000
 ENTRYPOINT ["python", "-m", "kubegan_trainer"]

@@ -28,8 +28,12 @@
 #   KUBEGAN_TF_EXTRA           the Dockerfile's TF_EXTRA (default empty: no CUDA wheels for
 #                              TensorFlow here; the Dockerfile's own default is and-cuda)
 #   KUBEGAN_IMAGE_COMPRESSION  layer compression: zstd (default), gzip or uncompressed
-#   KUBEGAN_BUILDKIT_MAX_USED  buildkit's cache cap (default 40GB; its GC keeps at least 25GB,
-#                              about what the three images' layers take)
+#   KUBEGAN_BUILDKIT_MAX_USED  buildkit's cache cap while it runs (default 28GB; its GC keeps at
+#                              least 18GB, about what the four images' layers take unpacked and
+#                              compressed)
+#   KUBEGAN_BUILDKIT_KEEP_MB   what the cache is pruned to after the builds, least recently used
+#                              first (default 22000: the current images' layers stay, the layers
+#                              of earlier pins go)
 #   KUBEGAN_KEEP_UV_CACHE=1    keep uv's download cache mount (pruned after each run otherwise)
 #   KUBEGAN_BUILD_MIN_FREE_GB  when the Dockerfile, requirements or base changed since the last
 #                              build and less than this is free (default 30), buildkit's cache
@@ -61,7 +65,8 @@ REPO="${KUBEGAN_IMAGE_REPO:-kubegan.local}"
 TAG="${KUBEGAN_IMAGE_TAG:-dev}"
 TF_EXTRA="${KUBEGAN_TF_EXTRA:-}"
 COMPRESSION="${KUBEGAN_IMAGE_COMPRESSION:-zstd}"
-MAX_USED="${KUBEGAN_BUILDKIT_MAX_USED:-40GB}"
+MAX_USED="${KUBEGAN_BUILDKIT_MAX_USED:-28GB}"
+KEEP_MB="${KUBEGAN_BUILDKIT_KEEP_MB:-22000}"
 NICE="${KUBEGAN_NICE:-10}"
 PUSH="${KUBEGAN_IMAGE_PUSH:-0}"
 ATTEST="${KUBEGAN_IMAGE_ATTEST:-0}"
@@ -87,6 +92,7 @@ done
 case "$PUSH" in 0|1) ;; *) die "KUBEGAN_IMAGE_PUSH=$PUSH: 0 or 1" ;; esac
 case "$ATTEST" in 0|1) ;; *) die "KUBEGAN_IMAGE_ATTEST=$ATTEST: 0 or 1" ;; esac
 [[ -z "$DIGESTS" || "$PUSH" == 1 ]] || die "KUBEGAN_IMAGE_DIGESTS needs KUBEGAN_IMAGE_PUSH=1"
+[[ "$KEEP_MB" =~ ^[0-9]+$ ]] || die "KUBEGAN_BUILDKIT_KEEP_MB=$KEEP_MB: a number of MB"
 case "$COMPRESSION" in zstd|gzip|uncompressed) ;; *) die "KUBEGAN_IMAGE_COMPRESSION=$COMPRESSION: zstd, gzip or uncompressed" ;; esac
 [[ $(id -u) -eq 0 ]] || die "needs root (buildkitd runs build steps with runc)"
 
@@ -157,7 +163,7 @@ root = "$BK_DIR/root"
   binary = "$RUNC"
   networkMode = "host"
   gc = true
-  reservedSpace = "25GB"
+  reservedSpace = "18GB"
   maxUsedSpace = "$MAX_USED"
   minFreeSpace = "10GB"
 [worker.containerd]
@@ -256,6 +262,11 @@ if [[ "${KUBEGAN_KEEP_UV_CACHE:-0}" != 1 ]]; then
   "$BUILDCTL" --addr "unix://$SOCK" prune --filter type==exec.cachemount >/dev/null \
     || log "could not prune buildkit's cache mounts (ignored)"
 fi
+# The GC runs between builds on a daemon that lives only for this script: prune here, so the
+# cache a run leaves is the current layers and not the last pins' too (36 GB on 2026-11-27,
+# which filled the shared disk on the next build).
+"$BUILDCTL" --addr "unix://$SOCK" prune --keep-storage "$KEEP_MB" >/dev/null \
+  || log "could not prune buildkit's cache to ${KEEP_MB} MB (ignored)"
 
 if [[ "$PUSH" == 1 ]]; then  # nothing was written to the layout: no blobs or sizes to report
   log "done in $((SECONDS - T0)) s"

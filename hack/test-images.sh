@@ -7,7 +7,7 @@
 #
 #   hack/test-images.sh [TARGET...]     default: every archive present
 #
-# Checks: operator `kubegan --help`; trainer-torch `import kubegan_trainer, torch`;
+# Checks: the image's own two layers hold /opt/venv only; operator `kubegan --help`; trainer-torch `import kubegan_trainer, torch`;
 # trainer-tf `import kubegan_trainer, tensorflow`; each also prints `id -u`. trainer-tf-tpu
 # imports TensorFlow, then runs the trainer's command as a TPU slice's worker: with no TPU here
 # it must exit 2 with one line saying no TPU was found (not a traceback).
@@ -85,6 +85,23 @@ out="$(KUBEGAN_CONTAINERD_SOCKETS="$SOCK" bash "$HACK_DIR/load-images.sh" "${tar
 printf '%s\n' "$out" >&2
 [[ "$(grep -c 'skipped$' <<<"$out")" == "${#targets[@]}" ]] || die "second load did not skip every image"
 log "second load (all skipped): $((SECONDS - t)) s"
+
+# The two layers kubegan adds to the runtime base (dependencies, then the package) hold
+# /opt/venv and nothing else: a build step whose cache landed in a layer (uv's, under HOME=/tmp)
+# once doubled trainer-torch to 13.9 GB unpacked.
+check_layers() {  # check_layers <target>
+  local target="$1" manifest layer mt stray cat_cmd
+  manifest="$(jq -r --arg n "$REPO/$target:$TAG" \
+              '.manifests[] | select(.annotations["io.containerd.image.name"] == $n) | .digest' \
+              "$IMAGES/oci/index.json")"
+  while read -r layer mt; do
+    case "$mt" in *zstd) cat_cmd=(zstd -dcq) ;; *gzip) cat_cmd=(gzip -dc) ;; *) cat_cmd=(cat) ;; esac
+    stray="$("${cat_cmd[@]}" <"$IMAGES/oci/blobs/sha256/${layer#sha256:}" | tar -t | grep -v '^opt/' | head -n 3 || true)"
+    [[ -z "$stray" ]] || die "$target: layer ${layer:7:12} holds more than /opt: $(tr '\n' ' ' <<<"$stray")"
+  done < <(jq -r '.layers[-2:][] | "\(.digest) \(.mediaType)"' "$IMAGES/oci/blobs/sha256/${manifest#sha256:}")
+  log "$target: its own layers hold /opt/venv only"
+}
+for target in "${targets[@]}"; do check_layers "$target"; done
 
 # Each check runs as the image's USER (ctr applies the image config), read-only rootfs, no
 # network, HOME=/tmp as in the image; a tmpfs on /tmp like the pods' emptyDir.

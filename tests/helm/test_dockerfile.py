@@ -1,4 +1,4 @@
-"""The Dockerfile: hadolint clean, the three targets, pinned bases, non-root final images
+"""The Dockerfile: hadolint clean, the four targets, pinned bases, non-root final images
 without build tools. (No Docker engine here: nothing is built; see docs/guide.md, "Install on
 a cluster".)"""
 
@@ -51,10 +51,20 @@ def test_targets_are_non_root_and_lean() -> None:
     assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base), base
     for target in ("operator", "trainer-torch", "trainer-tf", "trainer-tf-tpu"):
         instructions = st[target]
-        assert instructions[0] == f"FROM runtime AS {target}"
+        # Each target is its dependency stage (the runtime base plus one install step whose
+        # layer is the venv, stored once) and the kubegan package copied on top.
+        deps = "deps-" + target.removeprefix("trainer-")
+        assert instructions[0] == f"FROM {deps} AS {target}"
+        assert st[deps][0] == f"FROM runtime AS {deps}"
+        deps_runs = [i for i in st[deps] if i.startswith("RUN ")]
+        assert len(deps_runs) == 1 and "--require-hashes" in deps_runs[0], deps_runs
+        # uv's cache is the cache mount, never a directory of the layer (HOME is /tmp here).
+        cache = re.search(r"--mount=type=cache,[^ ]*target=(\S+?)[, ]", deps_runs[0]).group(1)
+        assert f"UV_CACHE_DIR={cache} " in deps_runs[0], deps_runs[0]
+        assert not any(i.startswith("COPY ") for i in st[deps])  # lists by bind mount only
         users = [i.split()[1] for i in instructions if i.startswith("USER ")]
         assert users and users[-1].split(":")[0] not in ("0", "root")
-        assert not any(i.startswith("RUN ") for i in instructions)  # only COPY of the venv
+        assert not any(i.startswith("RUN ") for i in instructions)  # only COPY of the package
     # The final images' common base installs nothing; builders install no build tools either.
     for name, instructions in st.items():
         for i in instructions:
