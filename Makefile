@@ -141,5 +141,8 @@ real-nodes-down: ; bash hack/real-node-down.sh
 # Needs root. Archives and caches live in ~/.cache/kubegan/ (outside the repo).
 .PHONY: images load-images test-images
 images: ; bash hack/build-images.sh && bash hack/drop-go-caches.sh
+# The images and the chart to your registry, at the chart's versions (hack/push.sh; docs/install.md).
+.PHONY: push
+push: ; REGISTRY="$(REGISTRY)" bash hack/push.sh $(PUSH_TARGETS)
 load-images: ; bash hack/load-images.sh
 test-images: ; bash hack/test-images.sh

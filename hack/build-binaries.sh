@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build (or reuse from a cache outside the repo) the pinned binaries of the local
 # control plane: kube-apiserver, kube-scheduler, kube-controller-manager, kubectl,
-# etcd, etcdctl, kwok, helm, and actionlint (the lint tier checks .github/workflows with it).
+# etcd, etcdctl, kwok, helm, and actionlint (the lint tier checks .github/workflows with it);
+# for `make push` and the e2e tier's registry: crane (pushes the OCI layout's images) and the
+# CNCF distribution registry.
 # Everything comes from the Go module proxy; no Docker, no release tarballs.
 #
 # Usage:
@@ -24,6 +26,8 @@ ETCD_VERSION=v3.6.8       # what k8s v1.36.3 pins in build/dependencies.yaml
 KWOK_VERSION=v0.8.0       # sigs.k8s.io/kwok (go 1.26.0 directive)
 HELM_VERSION=v3.22.0      # helm.sh/helm/v3
 ACTIONLINT_VERSION=v1.7.12  # github.com/rhysd/actionlint
+CRANE_VERSION=v0.22.1     # github.com/google/go-containerregistry (cmd/crane)
+REGISTRY_VERSION=v3.1.2   # github.com/distribution/distribution/v3 (cmd/registry)
 
 set -Eeuo pipefail
 # Go caches under ~/.cache/kubegan/go (make install drops them after the builds).
@@ -40,7 +44,7 @@ STAGING_VERSION="v0.${KUBE_VERSION#v1.}"          # v1.36.3 -> v0.36.3
 KUBE_MAJOR=1
 KUBE_MINOR="$(echo "$KUBE_VERSION" | cut -d. -f2)"
 KUBE_BINS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
-ALL_BINS=("${KUBE_BINS[@]}" etcd etcdctl kwok helm actionlint)
+ALL_BINS=("${KUBE_BINS[@]}" etcd etcdctl kwok helm actionlint crane registry)
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[build-binaries] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -52,6 +56,8 @@ version_of() {
     kwok)           echo "$KWOK_VERSION" ;;
     helm)           echo "$HELM_VERSION" ;;
     actionlint)     echo "$ACTIONLINT_VERSION" ;;
+    crane)          echo "$CRANE_VERSION" ;;
+    registry)       echo "$REGISTRY_VERSION" ;;
     *) die "unknown component $1" ;;
   esac
 }
@@ -66,6 +72,7 @@ run_version() {
     etcdctl) out="$("$bin" version 2>&1)" ;;
     helm)    out="$("$bin" version --short 2>&1)" ;;
     actionlint) out="$("$bin" -version 2>&1)" ;;
+    crane)   out="$("$bin" version 2>&1)" ;;
     *)       out="$("$bin" --version 2>&1)" ;;
   esac || return 1
   printf '%s\n' "${out%%$'\n'*}"
@@ -221,7 +228,7 @@ main() {
       --link) link="${2:?--link needs a directory}"; shift 2 ;;
       --print) mode=print; shift ;;
       --regen-gomod) mode=regen; shift ;;
-      -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
       *) die "unknown argument $1" ;;
     esac
   done
@@ -246,6 +253,10 @@ main() {
     "-X 'helm.sh/helm/v3/internal/version.version=$HELM_VERSION' -X 'helm.sh/helm/v3/internal/version.gitTreeState=clean'"
   # actionlint reads its version from the module's build info (go install pkg@version).
   go_install actionlint "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" ""
+  # crane reports the module version go install records; the registry its version package's.
+  go_install crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" ""
+  go_install registry "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" \
+    "-X 'github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION'"
   build_kube
   local b
   for b in "${ALL_BINS[@]}"; do version_ok "$b" || die "$b at $(path_of "$b") does not run or has the wrong version"; done

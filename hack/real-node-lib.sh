@@ -50,6 +50,7 @@ COREDNS_DIR="$STATE_ROOT/coredns"              # CoreDNS runs on the host, at $H
 # trainer/kubegan_trainer/launch/ports.py), so nothing the repo starts is handed them.
 COREDNS_HEALTH_PORT=18053
 COREDNS_READY_PORT=18054
+REGISTRY_HOSTS_DIR="$STATE_ROOT/certs.d"        # containerd's hosts.toml per registry, every node
 SHARED_DIR="$STATE_ROOT/shared"                # hostPaths of the ReadWriteMany checkpoint volumes,
 SHARED_PV=kubegan-local-checkpoints            # PersistentVolumes $SHARED_PV-<k>, k = 1..N
 SHARED_VOLUMES="${KUBEGAN_SHARED_VOLUMES:-3}"  # (one claim binds one volume)

@@ -220,7 +220,7 @@ setup_cgroups() {  # setup_cgroups <node>: /$CGROUP_PARENT/<node> in every v1 hi
 write_node_configs() {  # write_node_configs <i>
   local i="$1" node dir run
   node="$(node_name "$i")"; dir="$(node_dir "$i")"; run="$(node_run_dir "$i")"
-  mkdir -p "$dir"/{containerd,kubelet,cni/net.d,cni/ipam,pki,pod-logs} "$run"
+  mkdir -p "$dir"/{containerd,kubelet,cni/net.d,cni/ipam,pki,pod-logs} "$run" "$REGISTRY_HOSTS_DIR"
   chmod 700 "$dir/pki"
   cat >"$dir/containerd.toml" <<TOML
 # containerd for $node (written by hack/real-node-up.sh)
@@ -254,6 +254,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         SystemdCgroup = false
         Root = "$run/runc"
 $([[ -z "$RUNC_BINARY" ]] || printf '        BinaryName = "%s"' "$RUNC_BINARY")
+  # Registries the nodes pull from, as containerd's hosts.toml per registry host (its CA,
+  # plain http...): one directory for every node of this cluster, read at each pull, so a
+  # registry started later (the e2e tier's) only writes its file there.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$REGISTRY_HOSTS_DIR"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$dir/cni/net.d"
