@@ -24,6 +24,9 @@ class ConditionType(StrEnum):
     budget_exceeded = "BudgetExceeded"
     # False while the price table has no price for a machine type or accelerator the job uses.
     cost_known = "CostKnown"
+    # Elastic jobs: True while the gang runs at another size than its target (Shrunk), or
+    # after it grew back (Grown); the message has the sizes and why.
+    resized = "Resized"
 
 
 class Reason(StrEnum):
@@ -64,6 +67,9 @@ class Reason(StrEnum):
     no_price = "NoPrice"
     priced = "Priced"
     trainer_config_error = "TrainerConfigError"
+    shrunk = "Shrunk"
+    grown = "Grown"
+    growing = "Growing"  # an elastic gang checkpoints and stops to restart larger
     containers_started = "ContainersStarted"
     # The kubelet's own reasons, passed through when a container cannot start.
     err_image_pull = "ErrImagePull"

@@ -44,9 +44,21 @@ BUCKET_CREDENTIAL_KEYS = (
     "AZURE_STORAGE_SAS_KEY",
     "GOOGLE_SERVICE_ACCOUNT_KEY",
 )
+# The keys a job's spec.tracking.mlflow.credentialsSecret may hold; each reaches rank 0 as the
+# variable of the same name (MLflow's own names), sent as a bearer token or basic auth, never
+# logged.
+MLFLOW_CREDENTIAL_KEYS = (
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+)
 ENV_OUTPUT_DIR = "KUBEGAN_OUTPUT_DIR"
 ENV_METRICS_PORT = "KUBEGAN_METRICS_PORT"
 ENV_COST_RATE_PER_HOUR = "KUBEGAN_COST_RATE_PER_HOUR"  # the job's USD per hour
+# Elastic jobs only: the gradient accumulation steps at this gang's size, which keep the
+# global batch of the full size (kubegan_api.elastic); it overrides
+# spec.training.gradientAccumulationSteps. Unset for every other job.
+ENV_ACCUMULATION_STEPS = "KUBEGAN_ACCUMULATION_STEPS"
 # Where rank 0 serves metrics: every interface in a pod (the operator scrapes it);
 # `kubegan run` sets loopback.
 ENV_METRICS_ADDR = "KUBEGAN_METRICS_ADDR"
@@ -153,6 +165,8 @@ JOB_COST_RATE = "kubegan_job_cost_rate_dollars_per_hour"
 JOB_PREEMPTIONS = "kubegan_job_preemptions"
 JOB_RESTARTS = "kubegan_job_restarts"
 JOB_LOST_DOLLARS = "kubegan_job_lost_dollars"  # work redone after disruptions, USD
+# The workers of the job's gang while it runs (0 otherwise): an elastic job's current size.
+JOB_WORKERS = "kubegan_job_workers"
 # 1 while the price table lacks a price the job's nodes need (condition CostKnown=False):
 # its cost gauges then count only what is priced.
 JOB_COST_UNPRICED = "kubegan_job_cost_unpriced"
@@ -169,6 +183,7 @@ OPERATOR_METRICS = (
     JOB_PREEMPTIONS,
     JOB_RESTARTS,
     JOB_LOST_DOLLARS,
+    JOB_WORKERS,
     JOB_COST_UNPRICED,
     JOB_TIME_TO_RUNNING,
     RECONCILE_DURATION,

@@ -15,6 +15,7 @@ from kubegan_api.contract import (
     ENV_PREFIX,
     JOB_NAME_LABEL,
     KUEUE_QUEUE_LABEL,
+    MLFLOW_CREDENTIAL_KEYS,
 )
 from kubegan_api.worker_env import WorkerTopology, build_worker_env
 
@@ -40,9 +41,9 @@ KUBEGAN_MOUNTS: dict[str, str] = {
 def _worker_env_names() -> tuple[str, ...]:
     """Every variable the operator sets on a worker that is not under ENV_PREFIX (those are
     all refused): the frameworks' own, read off build_worker_env for each kind of worker, and
-    the bucket credentials it sets from credentialsSecret (manifests/container.py sets exactly
-    these; tests/unit/test_refusals.py reads them off rendered workers)."""
-    names: set[str] = {HOME_ENV[0], *BUCKET_CREDENTIAL_KEYS}
+    the bucket and MLflow credentials it sets from the credentialsSecrets (manifests/container.py
+    sets exactly these; tests/unit/test_refusals.py reads them off rendered workers)."""
+    names: set[str] = {HOME_ENV[0], *BUCKET_CREDENTIAL_KEYS, *MLFLOW_CREDENTIAL_KEYS}
     for framework, tpu in (("pytorch", False), ("tensorflow", False), ("tensorflow", True)):
         topology = WorkerTopology("j", "ns", framework, tpu, ["h:1", "g:1"], 0, 1, "", "", "", 1, 0)
         names.update(build_worker_env(topology))

@@ -53,6 +53,24 @@ class TpuSpec(ApiModel):
     )
 
 
+class ElasticSpec(ApiModel):
+    """The sizes an elastic job may run at (docs/design.md, "Elastic jobs"): the operator
+    shrinks a disrupted gang down to the minimum rather than wait, and grows it back; the
+    global batch stays that of the target size (workers or gpus)."""
+
+    min_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = Field(
+        default=None, description="With workers: the fewest workers the job may run on."
+    )
+    max_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = Field(
+        default=None,
+        description="With workers: the most workers the job may be resumed at (`kubegan run "
+        "--workers N`); the operator grows a shrunk gang back to workers. Default: workers.",
+    )
+    min_gpus: Annotated[int, Field(ge=1, le=4096)] | None = Field(
+        default=None, description="With gpus: the fewest GPUs the job may run on."
+    )
+
+
 class ResourcesSpec(ApiModel):
     gpus: Annotated[int, Field(ge=1, le=4096)] | None = Field(
         default=None, description="Total GPUs; the operator picks workers x gpusPerWorker."
@@ -72,6 +90,11 @@ class ResourcesSpec(ApiModel):
     tpu: TpuSpec | None = Field(default=None, description="A GKE TPU slice (tensorflow only).")
     cpu: Quantity | None = Field(default=None, description="CPU request per worker.")
     memory: Quantity | None = Field(default=None, description="Memory request per worker.")
+    elastic: ElasticSpec | None = Field(
+        default=None,
+        description="Run on fewer workers while capacity is gone, and grow back when it "
+        "returns, keeping the global batch by gradient accumulation (not for tpu).",
+    )
 
 
 TOLERATION_RULES: tuple[tuple[str, str], ...] = (
@@ -151,6 +174,13 @@ class SchedulingSpec(ApiModel):
         le=86400,
         description="How long a gang waits for an autoscaler to add its nodes before it is "
         "released (its workers deleted, checkpoints kept) and tried again with backoff.",
+    )
+    shrink_after_seconds: int = Field(
+        default=120,
+        ge=5,
+        le=86400,
+        description="Elastic jobs: how long a disrupted gang waits for its lost capacity "
+        "before it restarts smaller; also the least time between two resizes.",
     )
 
 

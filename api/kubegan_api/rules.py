@@ -149,6 +149,113 @@ DATA_BUCKET_RULES: tuple[CrossFieldRule, ...] = (
     ),
 )
 
+# spec.data.resize/crop (kubegan_api.image_frame): images read from files; how they fit the
+# model's networks depends on its options, checked in Python (image_frame.frame_problems).
+FRAME_RULES: tuple[CrossFieldRule, ...] = tuple(
+    rule
+    for field in ("resize", "crop")
+    for rule in (
+        CrossFieldRule(
+            f".data.{field}",
+            f"{field} is only for data source {DataSource.files}",
+            f"!has(self.data.{field}) || self.data.source == '{DataSource.files}'",
+            lambda s, field=field: (
+                getattr(s.data, field) is None or s.data.source == DataSource.files
+            ),
+        ),
+        CrossFieldRule(
+            f".data.{field}",
+            f"{field} is for images; {ModelName.gan3d} trains on 51x51x25 showers",
+            f"!has(self.data.{field}) || self.model.name != '{ModelName.gan3d}'",
+            lambda s, field=field: (
+                getattr(s.data, field) is None or s.model.name != ModelName.gan3d
+            ),
+        ),
+    )
+)
+
+
+_E = "self.resources.elastic"
+# spec.resources.elastic: which bounds go with which shape, and the target inside them.
+ELASTIC_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        ".resources.elastic",
+        "elastic is not for tpu: a slice is one failure unit",
+        f"!has({_E}) || !has(self.resources.tpu)",
+        lambda s: s.resources.elastic is None or s.resources.tpu is None,
+    ),
+    CrossFieldRule(
+        ".resources.elastic.minWorkers",
+        "minWorkers and maxWorkers are only valid together with workers",
+        # Not said again for a tpu slice, which the rule above refuses in one line.
+        f"!has({_E}) || (!has({_E}.minWorkers) && !has({_E}.maxWorkers)) || "
+        "has(self.resources.workers) || has(self.resources.tpu)",
+        lambda s: (
+            s.resources.elastic is None
+            or (s.resources.elastic.min_workers is None and s.resources.elastic.max_workers is None)
+            or s.resources.workers is not None
+            or s.resources.tpu is not None
+        ),
+    ),
+    CrossFieldRule(
+        ".resources.elastic.minWorkers",
+        "elastic with workers needs minWorkers",
+        f"!has({_E}) || !has(self.resources.workers) || has({_E}.minWorkers)",
+        lambda s: (
+            s.resources.elastic is None
+            or s.resources.workers is None
+            or s.resources.elastic.min_workers is not None
+        ),
+    ),
+    CrossFieldRule(
+        ".resources.elastic",
+        "elastic needs minWorkers <= workers <= maxWorkers",
+        f"!has({_E}) || !has(self.resources.workers) || "
+        f"((!has({_E}.minWorkers) || {_E}.minWorkers <= self.resources.workers) && "
+        f"(!has({_E}.maxWorkers) || self.resources.workers <= {_E}.maxWorkers))",
+        lambda s: (
+            s.resources.elastic is None
+            or s.resources.workers is None
+            or (s.resources.elastic.min_workers or 0)
+            <= s.resources.workers
+            <= (s.resources.elastic.max_workers or s.resources.workers)
+        ),
+    ),
+    CrossFieldRule(
+        ".resources.elastic.minGpus",
+        "minGpus is only valid together with gpus",
+        f"!has({_E}) || !has({_E}.minGpus) || has(self.resources.gpus) || has(self.resources.tpu)",
+        lambda s: (
+            s.resources.elastic is None
+            or s.resources.elastic.min_gpus is None
+            or s.resources.gpus is not None
+            or s.resources.tpu is not None
+        ),
+    ),
+    CrossFieldRule(
+        ".resources.elastic.minGpus",
+        "elastic with gpus needs minGpus",
+        f"!has({_E}) || !has(self.resources.gpus) || has({_E}.minGpus)",
+        lambda s: (
+            s.resources.elastic is None
+            or s.resources.gpus is None
+            or s.resources.elastic.min_gpus is not None
+        ),
+    ),
+    CrossFieldRule(
+        ".resources.elastic.minGpus",
+        "minGpus must be at most gpus",
+        f"!has({_E}) || !has({_E}.minGpus) || !has(self.resources.gpus) || "
+        f"{_E}.minGpus <= self.resources.gpus",
+        lambda s: (
+            s.resources.elastic is None
+            or s.resources.elastic.min_gpus is None
+            or s.resources.gpus is None
+            or s.resources.elastic.min_gpus <= s.resources.gpus
+        ),
+    ),
+)
+
 
 # Spec fields a job cannot change once it has started (status.startTime set): a running gang
 # was planned, configured and checkpointed from them, so a changed model, dataset or
@@ -301,5 +408,7 @@ CROSS_FIELD_RULES: tuple[CrossFieldRule, ...] = (
         lambda s: s.data.source != DataSource.files or s.data.path != "" or s.data.uri != "",
     ),
     *DATA_BUCKET_RULES,
+    *FRAME_RULES,
+    *ELASTIC_RULES,
     *source_rules(),
 )

@@ -22,8 +22,10 @@ from kubegan_api.base import (
 )
 from kubegan_api.cel import Rule, cel_rules, check
 from kubegan_api.contract import CHECKPOINT_ROOT, DATA_ROOT, METRICS_PORT
+from kubegan_api.image_frame import CROP_RULES, ImageShape, check_frame
 from kubegan_api.model_options import option_problems, problem_lines
 from kubegan_api.text import LINE_PATTERN
+from kubegan_api.tracking import QualitySpec, TrackingSpec
 from kubegan_api.training_options import (
     MAX_WARMUP_STEPS,
     AugmentSpec,
@@ -179,8 +181,16 @@ def _scalar_problem(item: Any, at: str) -> str | None:
     return f"a {type(item).__name__}{at} is not JSON data"
 
 
+# `kubegan data pack`'s default shard size: large enough that a bucket read is worth its
+# request, small enough that a rank's read-ahead of a few shards stays in memory. Here, not in
+# the packer, so the CLI's parser (the operator image has no numpy) names it without importing it.
+WEBDATASET_SHARD_BYTES = 128 * 1024 * 1024
+
+
 class DataSpec(ApiModel):
-    model_config = ApiModel.model_config | cel_rules(*credentials_rules("uri", "endpoint"))
+    model_config = ApiModel.model_config | cel_rules(
+        *credentials_rules("uri", "endpoint"), *CROP_RULES
+    )
 
     source: DataSource = Field(
         default=DataSource.synthetic, description="synthetic | digits | files."
@@ -190,7 +200,8 @@ class DataSpec(ApiModel):
         max_length=4096,
         pattern=LINE_PATTERN,
         description="files: HDF5 file, image folder or paired-image folder. A folder of "
-        ".h5 or .tfrecord shards is streamed per rank. files needs exactly one of path or uri.",
+        ".h5 or .tfrecord shards (gan3d) or WebDataset .tar shards (image models) is streamed "
+        "per rank. files needs exactly one of path or uri.",
     )
     claim_name: ObjectName = Field(
         default="",
@@ -200,7 +211,8 @@ class DataSpec(ApiModel):
         default="",
         description=(
             "files from a bucket instead of a path: a prefix of .h5 or .tfrecord shard "
-            "objects, or of image objects for the image models (s3://bucket/prefix, "
+            "objects, or of WebDataset .tar shards or image objects for the image models "
+            "(s3://bucket/prefix, "
             "gs://bucket/prefix or az://container/prefix), each rank streaming its own "
             "shards. Credentials come from the pod's identity or "
             "environment, never from the spec."
@@ -212,6 +224,21 @@ class DataSpec(ApiModel):
         description="A Secret with the bucket's credentials under the fixed keys of "
         "checkpoint.credentialsSecret; only with uri, and the same Secret if both are set.",
     )
+    resize: ImageShape | None = Field(
+        default=None,
+        description="files, image models: resize every image to height x width (aspect not "
+        "kept); replaces the model's square imageSize (docs/trainer.md).",
+    )
+    crop: ImageShape | None = Field(
+        default=None,
+        description="files, image models: then cut a centred height x width (within resize "
+        "when both are set); replaces the model's square imageSize.",
+    )
+
+    @model_validator(mode="after")
+    def _crop_rules(self) -> DataSpec:
+        check(self, CROP_RULES)
+        return self
 
 
 # Each network's optimizer: the options that only make sense together. The apiserver also
@@ -370,6 +397,13 @@ class TrainerConfig(ApiModel):
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    quality: QualitySpec | None = None
+
+    @model_validator(mode="after")
+    def _image_frame(self) -> TrainerConfig:
+        check_frame(self.model, self.data)  # as the spec checks it (GANTrainingJobSpec)
+        return self
 
     @classmethod
     def from_file(cls, path: str | Path) -> TrainerConfig:

@@ -23,6 +23,7 @@ from kubegan_api.base import (
     label_key_problem,
 )
 from kubegan_api.contract import KUEUE_PRIORITY_CLASS_LABEL, KUEUE_QUEUE_LABEL, WORKER_SUFFIX
+from kubegan_api.image_frame import check_frame
 from kubegan_api.podtemplate import PodTemplateSpec
 from kubegan_api.resources import (
     MAX_WORKERS,
@@ -44,6 +45,7 @@ from kubegan_api.sections import (
     TrainingSpec,
 )
 from kubegan_api.text import control_problem
+from kubegan_api.tracking import QualitySpec, TrackingSpec
 
 GROUP = "kubegan.io"
 VERSION = "v1alpha1"
@@ -93,6 +95,12 @@ class GANTrainingJobSpec(ApiModel):
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, json_schema_extra={"default": {}}
     )
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, json_schema_extra={"default": {}})
+    quality: QualitySpec | None = Field(
+        default=None,
+        description="Standard FID and KID (InceptionV3 features) for image models, besides "
+        "the model's own scores (docs/trainer.md); pytorch only.",
+    )
     pod_template: PodTemplateSpec | None = Field(
         default=None,
         description="Added to every worker: labels, annotations, service account, pull "
@@ -110,6 +118,11 @@ class GANTrainingJobSpec(ApiModel):
                 "{rules}",
                 {"rules": [(r.field_path, r.message) for r in broken]},
             )
+        return self
+
+    @model_validator(mode="after")
+    def _image_frame(self) -> GANTrainingJobSpec:
+        check_frame(self.model, self.data)  # as TrainerConfig checks it
         return self
 
 
@@ -183,6 +196,8 @@ class GANTrainingJob(ApiModel):
             training=s.training,
             checkpoint=s.checkpoint,
             monitoring=s.monitoring,
+            tracking=s.tracking,
+            quality=s.quality,
         )
 
 

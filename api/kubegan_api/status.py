@@ -46,6 +46,17 @@ class PlacementStatus(ApiModel):
     per_worker: str = ""
     nodes: list[str] = Field(default_factory=list)
     spot: bool = False
+    # An elastic job's size as `kubectl get` shows it: "4", or "2/4" while it runs on 2 of
+    # its target 4 workers.
+    size: str = Field(default="", description='Workers now, "2/4" while shrunk (elastic).')
+    target_workers: int | None = Field(
+        default=None, description="Elastic jobs: the workers of the full size."
+    )
+    accumulation_steps: int | None = Field(
+        default=None,
+        description="Elastic jobs: gradient accumulation steps at the current size, which keep "
+        "the global batch of the full size.",
+    )
 
 
 class ProgressStatus(ApiModel):
@@ -100,6 +111,7 @@ class GANTrainingJobStatus(ApiModel):
     last_checkpoint: CheckpointStatus | None = None
     restarts: int = 0
     preemptions: int = 0
+    resizes: int = Field(default=0, description="Elastic jobs: times the gang changed size.")
     cost: CostStatus | None = None
     artifacts: ArtifactsStatus | None = None
     start_time: str | None = None
@@ -118,3 +130,7 @@ class GANTrainingJobStatus(ApiModel):
     capacity_releases: int | None = None
     capacity_retry_at: str | None = None
     image_pull_since: str | None = None  # when a worker's image pull was first seen failing
+    # Elastic jobs: when the gang last changed size (at most one resize per
+    # spec.scheduling.shrinkAfterSeconds), and the size a gang stopping to grow restarts at.
+    resized_at: str | None = None
+    resize_to: int | None = None

@@ -117,6 +117,21 @@ ENDPOINT_RULES = (
     ),
 )
 
+# A file named by a bucket URI or a path (spec.quality.featureWeights): the bucket rules apply
+# to anything with a scheme, a path only has to be one line without spaces.
+_ANY_SCHEME = r"^[A-Za-z][A-Za-z0-9+.-]*://"
+BUCKET_OR_PATH_RULES = (
+    CREDENTIALS_RULE,
+    SPACE_RULE,
+    _rule(
+        "a URI must be s3://bucket/key, gs://bucket/key or az://container/key (or give a path)",
+        good=(_BUCKET_SCHEME,),
+        when=(_ANY_SCHEME,),
+        unless=_SAID,
+    ),
+    *BUCKET_URI_RULES[3:],  # the bucket's name and the key's parts, as for any bucket URI
+)
+
 
 def _problems(text: str, rules: tuple[Rule, ...]) -> list[str]:
     if len(text) > MAX_URI_LENGTH:
@@ -127,6 +142,11 @@ def _problems(text: str, rules: tuple[Rule, ...]) -> list[str]:
 def bucket_uri_problems(text: str) -> list[str]:
     """Why `text` is not a bucket URI a job may name (each broken rule's words), or []."""
     return _problems(text, BUCKET_URI_RULES)
+
+
+def bucket_or_path_problems(text: str) -> list[str]:
+    """Why `text` is neither a bucket URI nor a path a job may name, or []."""
+    return _problems(text, BUCKET_OR_PATH_RULES)
 
 
 def endpoint_problems(text: str) -> list[str]:
@@ -189,6 +209,16 @@ BucketUriText = Annotated[
     str,
     Field(max_length=MAX_URI_LENGTH, json_schema_extra=_schema(BUCKET_URI_RULES)),
     AfterValidator(_checked(BUCKET_URI_RULES)),
+]
+HttpUrlText = Annotated[
+    str,
+    Field(max_length=MAX_URI_LENGTH, json_schema_extra=_schema(ENDPOINT_RULES)),
+    AfterValidator(_checked(ENDPOINT_RULES)),
+]
+BucketOrPathText = Annotated[
+    str,
+    Field(max_length=MAX_URI_LENGTH, json_schema_extra=_schema(BUCKET_OR_PATH_RULES)),
+    AfterValidator(_checked(BUCKET_OR_PATH_RULES)),
 ]
 S3Endpoint = Annotated[
     str,

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubegan_api.contract import (
+    ENV_ACCUMULATION_STEPS,
     ENV_CHECKPOINT_DIR,
     ENV_CONFIG,
     ENV_COST_RATE_PER_HOUR,
@@ -45,6 +46,8 @@ class WorkerTopology:
     output_dir: str
     metrics_port: int
     cost_rate_per_hour: float
+    # Elastic jobs: the accumulation steps at this size (None: the spec's, unsaid).
+    accumulation_steps: int | None = None
 
 
 def build_worker_env(t: WorkerTopology) -> dict[str, str]:
@@ -60,6 +63,8 @@ def build_worker_env(t: WorkerTopology) -> dict[str, str]:
         ENV_METRICS_PORT: str(t.metrics_port),
         ENV_COST_RATE_PER_HOUR: f"{t.cost_rate_per_hour:.6g}",
     }
+    if t.accumulation_steps is not None:
+        env[ENV_ACCUMULATION_STEPS] = str(t.accumulation_steps)
     if t.tpu:
         env[ENV_TPU_WORKER_ID] = str(t.index)
         env[ENV_TPU_WORKER_HOSTNAMES] = ",".join(h.rsplit(":", 1)[0] for h in t.hosts)

@@ -33,7 +33,7 @@ from kubegan_api.contract import (
 )
 from kubegan_api.model_options import unknown_reason
 from kubegan_api.podtemplate import ENV_RULES, MOUNT_RULES, VOLUME_RULES
-from kubegan_api.urls import BUCKET_URI_RULES, ENDPOINT_RULES
+from kubegan_api.urls import BUCKET_OR_PATH_RULES, BUCKET_URI_RULES, ENDPOINT_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -304,12 +304,94 @@ URL_CASES: tuple[CelCase, ...] = tuple(
     for rule, (refused, accepted) in zip(rules, values, strict=True)
 )
 
+# spec.tracking.mlflow.uri (the endpoint rules) and spec.quality.featureWeights (a bucket URI
+# or a path): each rule with values that break it alone and values it takes.
+_WEIGHTS_VALUES = (
+    (("s3://KEY:SECRET@bucket/w.safetensors",), ("s3://bucket/w.safetensors", "/w@1/x")),
+    (("/data/my weights.safetensors", "/data/x\x1b[2J"), ("/data/inception.safetensors",)),
+    (("https://host/w.safetensors", "file:///w"), ("gs://bucket/w.safetensors", "w.pth")),
+    (("s3://ab/w",), ("s3://abc/w",)),
+    (("s3://bucket//w", "gs://bucket/a/../w"), ("az://container/a/w",)),
+)
+TRACKING_URL_CASES: tuple[CelCase, ...] = tuple(
+    CelCase(
+        field,
+        rule.message,
+        refused=tuple(patch(v) for v in refused),
+        accepted=tuple(patch(v) for v in accepted),
+    )
+    for field, rules, values, patch in (
+        (
+            "spec.tracking.mlflow.uri",
+            ENDPOINT_RULES,
+            _ENDPOINT_VALUES,
+            lambda v: _spec(tracking={"mlflow": {"uri": v}}),
+        ),
+        (
+            "spec.quality.featureWeights",
+            BUCKET_OR_PATH_RULES,
+            _WEIGHTS_VALUES,
+            lambda v: _spec(quality={"featureWeights": v}),
+        ),
+    )
+    for rule, (refused, accepted) in zip(rules, values, strict=True)
+)
+
 _SLICE = {
     "gpus": None,
     "accelerator": None,
     "tpu": {"accelerator": "tpu-v5-lite-podslice", "topology": "2x4"},
 }
 
+
+# spec.data.resize/crop (kubegan_api.image_frame): on the digits job, its square imageSize
+# removed (the frame gives the shape), reading a folder of images.
+_SHAPE = {"height": 24, "width": 40}
+_FILES = {"source": "files", "path": "/data/images"}
+
+
+def _framed(**data: Any) -> Patch:
+    return _spec(model={"options": {"imageSize": None}}, data=data)
+
+
+FRAME_CASES: tuple[CelCase, ...] = (
+    *(
+        CelCase(
+            f"spec.data.{field}",
+            f"{field} is only for data source files",
+            refused=(_framed(**{field: _SHAPE}),),
+            accepted=(_framed(**_FILES, **{field: _SHAPE}),),
+            base=DIGITS,
+        )
+        for field in ("resize", "crop")
+    ),
+    *(
+        CelCase(
+            f"spec.data.{field}",
+            f"{field} is for images; gan3d trains on 51x51x25 showers",
+            refused=(_spec(data={**_FILES, field: _SHAPE}),),
+            accepted=(_spec(data={**_FILES, "path": "/data/showers.h5"}),),
+        )
+        for field in ("resize", "crop")
+    ),
+    *(
+        CelCase(
+            f"spec.data.{field}",
+            "height and width must be even (the networks halve them at least once)",
+            refused=(_framed(**_FILES, **{field: {"height": 24, "width": 41}}),),
+            accepted=(_framed(**_FILES, **{field: {"height": 24, "width": 42}}),),
+            base=DIGITS,
+        )
+        for field in ("resize", "crop")
+    ),
+    CelCase(
+        "spec.data.crop",
+        "crop must fit inside resize (height and width at most resize's)",
+        refused=(_framed(**_FILES, resize=_SHAPE, crop={"height": 24, "width": 42}),),
+        accepted=(_framed(**_FILES, resize=_SHAPE, crop={"height": 16, "width": 40}),),
+        base=DIGITS,
+    ),
+)
 
 CASES: tuple[CelCase, ...] = (
     # ---- the object ---------------------------------------------------------------------------
@@ -374,6 +456,63 @@ CASES: tuple[CelCase, ...] = (
             _spec(resources={"tpu": {"topology": "8x8x8"}}),
         ),
         base=TPU,
+    ),
+    # ---- spec.resources.elastic ----------------------------------------------------------------
+    CelCase(
+        "spec.resources.elastic",
+        "elastic is not for tpu: a slice is one failure unit",
+        refused=(
+            _spec(resources={"elastic": {}}),
+            _spec(resources={"elastic": {"minWorkers": 1, "maxWorkers": 2, "minGpus": 1}}),
+        ),
+        accepted=({},),
+        base=TPU,
+    ),
+    CelCase(
+        "spec.resources.elastic.minWorkers",
+        "minWorkers and maxWorkers are only valid together with workers",
+        refused=(_spec(resources={"elastic": {"minGpus": 8, "maxWorkers": 4}}),),
+        accepted=(_spec(resources={"elastic": {"minGpus": 8}}),),
+    ),
+    CelCase(
+        "spec.resources.elastic.minWorkers",
+        "elastic with workers needs minWorkers",
+        refused=(_spec(resources={"elastic": {"maxWorkers": 4}}),),
+        accepted=(
+            _spec(resources={"elastic": {"minWorkers": 1}}),
+            _spec(resources={"elastic": {"minWorkers": 1, "maxWorkers": 4}}),
+        ),
+        base=DIGITS,
+    ),
+    CelCase(
+        "spec.resources.elastic",
+        "elastic needs minWorkers <= workers <= maxWorkers",
+        refused=(
+            _spec(resources={"elastic": {"minWorkers": 3}}),
+            _spec(resources={"elastic": {"minWorkers": 1, "maxWorkers": 1}}),
+            _spec(resources={"elastic": {"minWorkers": 2, "maxWorkers": 1}}),
+        ),
+        accepted=(_spec(resources={"elastic": {"minWorkers": 2, "maxWorkers": 2}}),),
+        base=DIGITS,
+    ),
+    CelCase(
+        "spec.resources.elastic.minGpus",
+        "minGpus is only valid together with gpus",
+        refused=(_spec(resources={"elastic": {"minWorkers": 1, "minGpus": 1}}),),
+        accepted=(_spec(resources={"elastic": {"minWorkers": 1}}),),
+        base=DIGITS,
+    ),
+    CelCase(
+        "spec.resources.elastic.minGpus",
+        "elastic with gpus needs minGpus",
+        refused=(_spec(resources={"elastic": {}}),),
+        accepted=(_spec(resources={"elastic": {"minGpus": 32}}),),
+    ),
+    CelCase(
+        "spec.resources.elastic.minGpus",
+        "minGpus must be at most gpus",
+        refused=(_spec(resources={"elastic": {"minGpus": 33}}),),
+        accepted=(_spec(resources={"elastic": {"minGpus": 1}}),),
     ),
     # ---- spec.strategy -------------------------------------------------------------------------
     CelCase(
@@ -671,8 +810,10 @@ CASES: tuple[CelCase, ...] = (
     _unknown_option("acgan", "dataKind", "images", reader="custom"),
     _unknown_option("pix2pix", "dataKind", "paired", reader="custom"),
     _unknown_option("gan3d", "dataKind", "showers", reader="custom"),
+    *FRAME_CASES,
     *POD_TEMPLATE_CASES,
     *URL_CASES,
+    *TRACKING_URL_CASES,
 )
 
 

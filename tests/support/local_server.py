@@ -24,13 +24,15 @@ class LocalServer:
         """Return when the server answers; raise OSError while it does not (yet)."""
         raise NotImplementedError
 
-    def _launch(self, name: str, argv: list[str], **popen: Any) -> None:
+    def _launch(
+        self, name: str, argv: list[str], start_seconds: float = START_SECONDS, **popen: Any
+    ) -> None:
         """Run `argv` with its output in the log and return once `_probe` passes; raises
-        AssertionError (with the log's tail) when the process exits first or START_SECONDS
+        AssertionError (with the log's tail) when the process exits first or `start_seconds`
         pass."""
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, **popen)
-        deadline = time.monotonic() + START_SECONDS
+        deadline = time.monotonic() + start_seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 break

@@ -9,7 +9,7 @@ contain: the shipped trainer reads no test variables and injects no faults.
 - `--trace DIR`: each process appends one JSON line per step to DIR/worker-<R>.jsonl with the
   dataset indices it trained on (the resume tests prove no batch is repeated or skipped).
 - `--weights DIR`: each process writes its final weights to DIR/worker-<R>.npz when training
-  ends, so tests can compare workers and runs.
+  ends, so tests can compare workers and runs (TensorFlow: also the trainable ones alone).
 """
 
 from __future__ import annotations
@@ -76,7 +76,22 @@ class WorkerHooks:
     def on_finish(self, backend: Any) -> None:
         if self.weights is not None:
             self.weights.mkdir(parents=True, exist_ok=True)
-            np.savez(self.weights / f"worker-{backend.rank}.npz", **backend.weights())
+            arrays = {**backend.weights(), **trainable_weights(backend)}
+            np.savez(self.weights / f"worker-{backend.rank}.npz", **arrays)
+
+
+def trainable_weights(backend: Any) -> dict[str, np.ndarray]:
+    """TensorFlow: the trainable weights alone, as "<net>_trainable" (its `weights()` also
+    holds BatchNorm moving statistics, which training-mode outputs never read and which
+    an elastic run updates once per micro-batch). PyTorch's `weights()` are parameters only."""
+    nets = {"generator": getattr(backend, "G", None), "discriminator": getattr(backend, "D", None)}
+    return {
+        f"{name}_trainable": np.concatenate(
+            [np.asarray(v.numpy(), np.float64).ravel() for v in net.trainable_variables]
+        )
+        for name, net in nets.items()
+        if hasattr(net, "trainable_variables")
+    }
 
 
 def parse(argv: Sequence[str] | None = None) -> WorkerHooks:

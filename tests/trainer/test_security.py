@@ -135,3 +135,18 @@ def test_validate_accepts_a_user_module_without_importing_it(tmp_path: Path) -> 
 
     assert main(["validate", str(job)]) == 0
     assert "mypackage" not in sys.modules
+
+
+def test_validate_check_model_refuses_a_user_module_that_is_not_installed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--check-model builds the model where the framework is installed (the model API's
+    check): a package that is not there is one line, not an ImportError's traceback."""
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(_job("mypackage.models:build")))
+    from kubegan_operator.entry.cli import main
+
+    assert main(["validate", "--check-model", str(job)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("spec.model.entrypoint: cannot import mypackage.models"), line
+    assert "mypackage" not in sys.modules

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 
 class MlpTask(GanTask):
+    api_version = 1  # the custom model API (kubegan_trainer.worker.model_api)
     data_kind = "images"
 
     def __init__(self, pixels: int, latent: int = 16) -> None:

@@ -38,6 +38,7 @@ def test_gang_created_gated_then_released() -> None:
         "perWorker": "8xGPU",  # kubectl get's Per-Worker column
         "nodes": ["n0", "n1"],
         "spot": False,
+        "size": "2",  # kubectl get's Workers column ("2/4" while an elastic job is shrunk)
     }
     d = w.step()
     assert sorted(d.lift_gates) == ["g-worker-0", "g-worker-1"]

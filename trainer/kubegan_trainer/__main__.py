@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 from kubegan_trainer.base.bounded_read import regular_file_problem
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.worker.cluster_env import ClusterEnv
+from kubegan_trainer.worker.elastic import with_accumulation
 from kubegan_trainer.worker.entrypoints import load_entrypoint
 from kubegan_trainer.worker.logs import configure_logging
 from kubegan_trainer.worker.tpu_devices import missing_tpu
@@ -86,7 +88,8 @@ def main(hooks: Hooks | None = None) -> int:
             env = ClusterEnv.from_environ()
         except ValueError as err:  # names the bad variable
             raise TrainerError(str(err)) from None
-        config = load_config(env.config_path)
+        # The launcher's accumulation for this size (an elastic job resumed at another).
+        config = with_accumulation(load_config(env.config_path), os.environ)
         if config.model.entrypoint:
             # Before any backend, data or rendezvous: a name that is not a user's model
             # factory (`os:system`) is refused before anything could call it.

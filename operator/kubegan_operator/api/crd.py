@@ -39,7 +39,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Why the gang waits (NoFit, WaitingForCapacity, QueuedByKueue, ...) "
         "or that it was placed (Planned, Scheduled)",
     },
-    {"name": "Workers", "type": "integer", "jsonPath": ".status.placement.workers"},
+    {
+        "name": "Workers",
+        "type": "string",
+        "jsonPath": ".status.placement.size",
+        "description": 'Workers now; "2/4" while an elastic job runs on 2 of its 4',
+    },
     {
         "name": "Per-Worker",
         "type": "string",

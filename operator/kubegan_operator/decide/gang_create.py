@@ -15,6 +15,7 @@ from kubegan_operator.decide.capacity_wait import capacity_backoff, request_capa
 from kubegan_operator.decide.context import Context, current_condition, stored_plan, transition
 from kubegan_operator.decide.cost_accrual import hourly
 from kubegan_operator.decide.cost_known import record_cost_known
+from kubegan_operator.decide.elastic import elastic_placement, elastic_plan
 from kubegan_operator.decide.pod_cleanup import pod_name
 from kubegan_operator.decide.restart import restart_gang
 from kubegan_operator.foundation.podstate import Outcome, WorkerState, is_gated
@@ -69,7 +70,7 @@ def create_gang(c: Context) -> bool:
     st = c.st
     if capacity_backoff(c):
         return True
-    plan = c.seen.plan(c.job.spec)
+    plan = elastic_plan(c)
     if not plan.feasible:
         was = current_condition(st, ConditionType.unschedulable)
         said = was is not None and was.status == "True" and was.reason == Reason.no_fit
@@ -122,7 +123,9 @@ def _create_workers(c: Context, plan: Plan) -> None:
         per_worker=per_worker(plan),
         nodes=list(plan.nodes),
         spot=plan.spot,
+        size=str(plan.workers),
     )
+    elastic_placement(c, plan, st.placement)
     assert st.cost is not None
     st.cost.rate_per_hour = plan.cost_per_hour
     record_cost_known(c, plan)

@@ -8,11 +8,12 @@ label, and counters are written to status *before* the old gang is deleted.
 `reconcile()` runs small steps over one `Context`, in order, until one says the job needs
 nothing more this time: finished, over budget (budget.py), suspended, deadline, record
 start, record artifacts (artifacts.py), stale gang, shared objects, create gang, release
-gang, then watch the released gang (succeeded, failed, running, waiting). Steps read the
-observed state and write only the new status and the `Decision`; the phase changes in one
-place, `transition()` (context.py), which also keeps the mutually exclusive conditions and
-the cost accrual in step with it. The steps live in modules by what they decide about:
-lifecycle.py, budget.py, gang_create.py, gang_watch.py, capacity_wait.py, kueue_steps.py.
+gang, then watch the released gang (succeeded, failed, grow, running, shrink, waiting).
+Steps read the observed state and write only the new status and the `Decision`; the phase
+changes in one place, `transition()` (context.py), which also keeps the mutually exclusive
+conditions and the cost accrual in step with it. The steps live in modules by what they
+decide about: lifecycle.py, budget.py, gang_create.py, gang_watch.py, capacity_wait.py,
+kueue_steps.py, elastic.py (an elastic job's size).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from kubegan_operator.decide.artifacts import record_artifacts, record_latest_sa
 from kubegan_operator.decide.budget import over_budget
 from kubegan_operator.decide.capacity_wait import gang_waiting_for_capacity
 from kubegan_operator.decide.context import Context, Decision, Step, finish
+from kubegan_operator.decide.elastic import grow_gang, shrink_waiting_gang
 from kubegan_operator.decide.gang_create import (
     create_gang,
     release_gang,
@@ -181,8 +183,10 @@ STEPS: tuple[Step, ...] = (
     gang_succeeded,
     gang_failed,
     gang_queued,
+    grow_gang,
     gang_running,
     containers_not_starting,
+    shrink_waiting_gang,
     gang_waiting_for_capacity,
     gang_waiting,
 )

@@ -120,3 +120,11 @@ def progress_seconds_arg(text: str) -> float:
     if not 1 <= value <= 3600:  # NaN fails too
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 1 to 3600")
     return value
+
+
+def worker_count_arg(text: str) -> int:
+    """`kubegan run --workers N`: a whole number of workers (the job's range is checked
+    against its spec later)."""
+    if not (text.isdigit() and len(text) <= 6 and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers (1 or more)")
+    return int(text)

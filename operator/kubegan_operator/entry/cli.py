@@ -32,10 +32,12 @@ from kubegan_operator.entry.arg_types import (
     path_arg,
     priority_class_arg,
     progress_seconds_arg,
+    worker_count_arg,
     worker_identity_arg,
     worker_identity_label_arg,
 )
 from kubegan_operator.entry.artifacts_cli import add_artifact_commands
+from kubegan_operator.entry.data_cmd import add_data_parser
 from kubegan_operator.entry.network_flags import (
     add_network_policy_flags,
     network_policy_settings,
@@ -134,12 +136,32 @@ def _check_entrypoint(job: GANTrainingJob) -> None:
             raise InputError([str(err)]) from None
 
 
+def _check_custom_model(job: GANTrainingJob) -> str | None:
+    """Build a custom model from its entrypoint, as the trainer does at start, where the
+    job's framework is installed (imports and runs the job's module: its factory)."""
+    from kubegan_trainer.base.errors import TrainerError
+    from kubegan_trainer.launch.model_probe import check_custom_model
+
+    model = job.spec.model
+    if not model.entrypoint:
+        return None
+    try:
+        return check_custom_model(job.spec.framework.value, model.entrypoint, model.options)
+    except TrainerError as err:
+        raise InputError([str(err)]) from None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from kubegan_operator.placement.worker_share import best_effort_warning
 
     job = load_job(args.job)
     _check_entrypoint(job)
+    # Validating a job file never runs its code unless asked: a CI job or a reviewer may
+    # validate a file they did not write, whose entrypoint names any installed module.
+    unchecked = _check_custom_model(job) if args.check_model else None
     print("valid")
+    if unchecked:
+        print(f"kubegan validate: warning: {unchecked}", file=sys.stderr)
     warning = best_effort_warning(job.spec.resources.cpu, job.spec.resources.memory)
     if warning:
         print(f"kubegan validate: warning: {warning}", file=sys.stderr)
@@ -200,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Imported here: the trainer's local runner is not needed by any other subcommand.
     from kubegan_trainer.base.errors import TrainerError
     from kubegan_trainer.launch.local_run import run_local
+    from kubegan_trainer.launch.local_size import local_size
 
     # The planner's shape and the pricing module's rate, for this machine (localplan).
     placed, note = local_plan(job.spec, local_gpu_count(), _prices(args.prices))
@@ -212,16 +235,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if output.exists() and not output.is_dir():
         raise InputError([f"{output}: exists and is not a directory (--output)"])
     try:
+        # An elastic job at another size (--workers N) keeps its global batch by accumulation.
+        size = local_size(
+            job.spec.resources,
+            job.spec.training.gradient_accumulation_steps,
+            placed.workers,
+            placed.gpus_per_worker,
+            getattr(args, "workers", None),
+        )
         return run_local(
             job.trainer_config(),
-            workers=placed.workers,
+            workers=size.workers,
             gpus_per_worker=placed.gpus_per_worker,
             output_dir=output,
-            cost_rate_per_hour=placed.cost_per_hour,
+            cost_rate_per_hour=placed.cost_per_hour / placed.workers * size.workers,
             namespace=job.metadata.namespace,
             allow_config_change=getattr(args, "allow_config_change", False),
+            accumulation_steps=size.accumulation_steps,
         )
-    except TrainerError as err:  # a foreign or busy output directory, a changed job
+    except TrainerError as err:  # a foreign or busy output directory, a changed job, a size
         raise InputError([f"kubegan run: {err}"]) from None
 
 
@@ -273,6 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
         "with one line per problem as '<dotted.path>: <reason>'.",
     )
     p.add_argument("job", metavar="JOB.yaml", type=path_arg)
+    p.add_argument(
+        "--check-model",
+        action="store_true",
+        help="also import a custom model's entrypoint and build it as the trainer does, "
+        "checking it against the model API (runs that module's code: use it on your own "
+        "job files; without it the entrypoint is checked by name only)",
+    )
     p.set_defaults(func=cmd_validate)
 
     for name, func, helptext in (
@@ -320,6 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", metavar="DIR", type=path_arg, help="output directory (default runs/<name>)"
     )
     p.add_argument(
+        "--workers",
+        metavar="N",
+        type=worker_count_arg,
+        help="an elastic job (spec.resources.elastic): run, or resume DIR, with N workers "
+        "within its range; gradient accumulation keeps the global batch",
+    )
+    p.add_argument(
         "--allow-config-change",
         action="store_true",
         help="resume even though the job differs from the one DIR's checkpoints were "
@@ -336,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_artifact_commands(sub)  # samples, metrics, export
 
     add_prices_parser(sub)
+
+    add_data_parser(sub)  # data pack
 
     p = sub.add_parser(
         "operator",

@@ -15,8 +15,10 @@ from kubegan_api.contract import (
     ENV_TRAINER_IMAGE_TF,
     ENV_TRAINER_IMAGE_TF_TPU,
     ENV_TRAINER_IMAGE_TORCH,
+    MLFLOW_CREDENTIAL_KEYS,
     worker_name,
 )
+from kubegan_api.elastic import accumulation_at
 from kubegan_api.reserved import HOME_ENV
 from kubegan_api.sections import Framework
 from kubegan_api.spec import GANTrainingJob
@@ -59,6 +61,7 @@ def worker_env(
 ) -> list[dict[str, str]]:
     """The trainer's environment (DESIGN §4), as the container's `env` list."""
     name, spec = job.metadata.name, job.spec
+    mlflow = spec.tracking.mlflow
     output_dir = f"{CHECKPOINT_ROOT}/{name}"
     env = build_worker_env(
         WorkerTopology(
@@ -76,6 +79,12 @@ def worker_env(
             cost_rate_per_hour=plan.cost_per_hour
             if cost_rate_per_hour is None
             else cost_rate_per_hour,
+            accumulation_steps=accumulation_at(
+                spec.resources,
+                spec.training.gradient_accumulation_steps,
+                plan.workers,
+                plan.gpus_per_worker,
+            ),
         )
     )
     # The root filesystem is read-only: libraries that write under $HOME get the tmp volume.
@@ -83,12 +92,18 @@ def worker_env(
         *({"name": k, "value": v} for k, v in env.items()),
         {"name": HOME_ENV[0], "value": HOME_ENV[1]},
         *bucket_credentials(spec.checkpoint.credentials_secret or spec.data.credentials_secret),
+        *secret_env(mlflow.credentials_secret if mlflow else "", MLFLOW_CREDENTIAL_KEYS),
     ]
 
 
 def bucket_credentials(secret: str) -> list[dict[str, Any]]:
-    """The bucket's credentials from the job's Secret: each fixed key, when the Secret has it,
-    as the variable of that name (never a value in the pod spec, never logged)."""
+    """The bucket's credentials from the job's Secret (secret_env)."""
+    return secret_env(secret, BUCKET_CREDENTIAL_KEYS)
+
+
+def secret_env(secret: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Credentials from the job's Secret: each fixed key, when the Secret has it, as the
+    variable of that name (never a value in the pod spec, never logged)."""
     if not secret:
         return []
     return [
@@ -96,7 +111,7 @@ def bucket_credentials(secret: str) -> list[dict[str, Any]]:
             "name": key,
             "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}},
         }
-        for key in BUCKET_CREDENTIAL_KEYS
+        for key in keys
     ]
 
 

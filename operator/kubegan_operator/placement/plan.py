@@ -29,6 +29,9 @@ class Plan:
     new_nodes: int = 0
     pool_source: str = ""
     pool_limits: str = ""
+    # How many more nodes the pool's limits let it add now (None: no limits). The planner
+    # names the limits rather than enforce them; an elastic job reads them (decide/elastic.py).
+    pool_room: int | None = None
     # What each worker requests when the job names no cpu/memory (placement.worker_share);
     # "" where the job names its own, or no node's shape is known.
     cpu_per_worker: str = ""
@@ -54,6 +57,7 @@ class Plan:
                     "newNodes": self.new_nodes,
                     "poolSource": self.pool_source,
                     "poolLimits": self.pool_limits,
+                    **({"poolRoom": self.pool_room} if self.pool_room is not None else {}),
                 }
                 if self.new_nodes
                 else {}
@@ -82,6 +86,7 @@ class Plan:
             new_nodes=int(data.get("newNodes", 0)),
             pool_source=str(data.get("poolSource", "")),
             pool_limits=str(data.get("poolLimits", "")),
+            pool_room=None if data.get("poolRoom") is None else int(data["poolRoom"]),
             cpu_per_worker=str(data.get("cpuPerWorker", "")),
             memory_per_worker=str(data.get("memoryPerWorker", "")),
         )

@@ -251,8 +251,9 @@ def _plan_on_pool(
         new = {n.name for n in candidates if n.planned}
         real = tuple(n for n in result.nodes if n not in new)
         limits = pool.limit_text()
-        if pool.limits:
-            limits += f", room for {room_for(pool, shape, existing)} more node(s) when planned"
+        room = room_for(pool, shape, existing) if pool.limits else None
+        if room is not None:
+            limits += f", room for {room} more node(s) when planned"
         return replace(
             result,
             nodes=real,
@@ -261,6 +262,7 @@ def _plan_on_pool(
             pool_label=pool.pool_label,
             pool_source=pool.source,
             pool_limits=limits,
+            pool_room=room,
         ), ""
     return None, why
 

@@ -47,6 +47,12 @@ LOST = Gauge(
     JOB_LABELS,
     registry=REGISTRY,
 )
+WORKERS = Gauge(
+    contract.JOB_WORKERS,
+    "Workers of a job's gang while it runs, 0 otherwise (an elastic job's current size)",
+    JOB_LABELS,
+    registry=REGISTRY,
+)
 UNPRICED = Gauge(
     contract.JOB_COST_UNPRICED,
     "1 while the price table has no price for a machine type or accelerator the job uses "
@@ -91,7 +97,15 @@ def observe_job(namespace: str, name: str, status: Mapping[str, Any], now: datet
     PREEMPTIONS.labels(**labels).set(int(status.get("preemptions", 0)))
     RESTARTS.labels(**labels).set(int(status.get("restarts", 0)))
     LOST.labels(**labels).set(float(cost.get("lostDollars", 0.0)))
+    WORKERS.labels(**labels).set(_workers(status))
     UNPRICED.labels(**labels).set(1 if _cost_unknown(status) else 0)
+
+
+def _workers(status: Mapping[str, Any]) -> int:
+    if status.get("phase") != Phase.running:
+        return 0
+    placement = status.get("placement")
+    return int(placement.get("workers", 0)) if isinstance(placement, Mapping) else 0
 
 
 def _cost_unknown(status: Mapping[str, Any]) -> bool:
@@ -105,7 +119,7 @@ def _cost_unknown(status: Mapping[str, Any]) -> bool:
 
 
 def forget_job(namespace: str, name: str) -> None:
-    for metric in (COST, COST_RATE, PREEMPTIONS, RESTARTS, LOST, UNPRICED, RECONCILES):
+    for metric in (COST, COST_RATE, PREEMPTIONS, RESTARTS, LOST, WORKERS, UNPRICED, RECONCILES):
         with contextlib.suppress(KeyError):
             metric.remove(name, namespace)
 

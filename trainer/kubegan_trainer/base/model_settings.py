@@ -4,7 +4,6 @@ refuses in the trainer's one-line form."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,11 +30,6 @@ def settings(model: str, options: Mapping[str, Any]) -> dict[str, Any]:
     if "numSamples" in values and values["numSamples"] is None:
         values["numSamples"] = DEFAULT_SAMPLES[data_kind(model, options)]
     return values
-
-
-def conv_levels(image_size: int) -> int:
-    """Number of stride-2 stages between 4x4 and image_size."""
-    return int(math.log2(image_size)) - 2
 
 
 def require_labels(num_classes: int) -> None:

@@ -11,13 +11,20 @@ import numpy as np
 
 @dataclass(frozen=True)
 class DataShape:
-    """What a model is built for: the data's kind, and for images their channels, size (square)
-    and number of label classes; 0 where the kind has none (showers have a fixed shape)."""
+    """What a model is built for: the data's kind, and for images their channels, size (the
+    height), width and number of label classes; 0 where the kind has none (showers have a
+    fixed shape; width 0: square)."""
 
     kind: str  # "images" | "paired" | "showers"
     channels: int = 0
     size: int = 0
     num_classes: int = 0
+    width: int = 0
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        """(height, width) of the images (spec.data.resize/crop make them rectangular)."""
+        return self.size, self.width or self.size
 
 
 class Shaped(Protocol):
@@ -51,5 +58,5 @@ class Dataset:
         images = self.arrays.get("a" if self.kind == "paired" else "image")
         if images is None or images.ndim != 4:
             return DataShape(self.kind, num_classes=self.num_classes)
-        _, channels, size, _ = images.shape
-        return DataShape(self.kind, channels, size, self.num_classes)
+        _, channels, size, width = images.shape
+        return DataShape(self.kind, channels, size, self.num_classes, width)

@@ -13,6 +13,7 @@ from kubegan_api.sections import DataSource, TrainerConfig
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.base.model_settings import settings
 from kubegan_trainer.data.arrays import Dataset
+from kubegan_trainer.data.imageops import Frame
 
 if TYPE_CHECKING:
     from kubegan_trainer.data.stream import ShardPlan
@@ -63,7 +64,7 @@ def build_dataset(config: TrainerConfig) -> Dataset:
         raise TrainerError("spec.data.path: required when spec.data.source is files")
     if kind == "showers":
         return files.load_showers(path, opts["angleKey"])
-    size = opts["imageSize"]
+    size = image_frame(config, opts)
     if kind == "paired":
         return files.load_paired_folder(path, size, opts["direction"])
     return files.load_image_folder(path, size, opts["channels"])
@@ -71,26 +72,24 @@ def build_dataset(config: TrainerConfig) -> Dataset:
 
 def shard_plan(config: TrainerConfig) -> ShardPlan | None:
     """The shards each rank streams (data/stream.py): `spec.data.uri`, or a `spec.data.path`
-    folder of .h5 or .tfrecord files; None for every other source (loaded whole, they are
-    small or one file). A bucket holds HDF5 or TFRecord shower shards (gan3d) or image
-    objects (the image models). TensorFlow reads a folder of TFRecords itself (its entry
-    asks before this)."""
+    folder of .h5 or .tfrecord files (gan3d) or WebDataset .tar shards (the image models);
+    None for every other source (loaded whole, they are small or one file). A bucket holds
+    HDF5 or TFRecord shower shards (gan3d), or .tar shards or image objects (the image
+    models). TensorFlow reads a folder of TFRecords itself (its entry asks before this)."""
     data = config.data
     if data.source != DataSource.files:
         return None
     folder = bool(data.path) and Path(data.path).is_dir()
-    if not data.uri and not (folder and _has_shards(Path(data.path))):
+    if not data.uri and not folder:
         return None
     model = config.model.name.value
     opts = settings(model, config.model.options)
     kind = data_kind(model, opts)
     endpoint = data.endpoint or os.environ.get(ENV_AWS_ENDPOINT_URL) or None
     if kind != "showers":
-        if not data.uri:  # an image folder on a volume is loaded whole
-            return None
-        from kubegan_trainer.data.stream import image_plan
-
-        return image_plan(data.uri, config.training.seed, kind, opts, endpoint)
+        return _image_shards(config, kind, opts, endpoint)
+    if not data.uri and not _has_shards(Path(data.path)):
+        return None
     from kubegan_trainer.data.files import DEFAULT_ANGLE_KEY
     from kubegan_trainer.data.stream import ShardPlan
 
@@ -105,6 +104,34 @@ def _has_shards(folder: Path) -> bool:
     return any(p.suffix.lower() in SHOWER_SUFFIXES for p in folder.iterdir())
 
 
+def _image_shards(
+    config: TrainerConfig, kind: str, opts: dict[str, Any], endpoint: str | None
+) -> ShardPlan | None:
+    """WebDataset tar shards under the path or uri; else a bucket's image objects; None
+    for an image folder on a volume (loaded whole)."""
+    from kubegan_trainer.data.tar_plan import tar_plan, tar_source
+
+    data, seed, frame = config.data, config.training.seed, image_frame(config, opts)
+    tars = tar_source(data.uri or data.path, endpoint)
+    if tars.has_shards():
+        return tar_plan(tars, seed, kind, opts, frame)
+    if not data.uri:
+        return None
+    from kubegan_trainer.data.stream import image_plan
+
+    return image_plan(data.uri, seed, kind, opts, endpoint, frame)
+
+
+def image_frame(config: TrainerConfig, opts: dict[str, Any]) -> int | Frame:
+    """What an image becomes: spec.data.resize/crop's Frame, else the model's square side."""
+    data = config.data
+    if data.resize is None and data.crop is None:
+        return int(opts["imageSize"])
+    resize = (data.resize.height, data.resize.width) if data.resize else None
+    crop = (data.crop.height, data.crop.width) if data.crop else None
+    return Frame(resize, crop)
+
+
 def held_out_pairs(config: TrainerConfig) -> dict[str, Any] | None:
     """Pairs a pix2pix job never trains on, for its quality score: new synthetic pairs, or up
     to HELD_OUT_PAIRS of the folder `spec.model.options.heldOutPath` (e.g. a dataset's val/).
@@ -113,7 +140,7 @@ def held_out_pairs(config: TrainerConfig) -> dict[str, Any] | None:
     opts = settings(model, config.model.options)
     if data_kind(model, opts) != "paired":
         return None
-    size = opts["imageSize"]
+    size = image_frame(config, opts)
     if config.data.source == DataSource.synthetic:
         from kubegan_trainer.data.synthetic_images import synthetic_pairs
 

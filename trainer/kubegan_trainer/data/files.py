@@ -25,7 +25,7 @@ from kubegan_trainer.base.bounded_read import (
 from kubegan_trainer.base.errors import TrainerError, error_text
 from kubegan_trainer.base.walk import walk_entries
 from kubegan_trainer.data.arrays import Dataset
-from kubegan_trainer.data.imageops import pil_to_array
+from kubegan_trainer.data.imageops import Frame, pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
@@ -170,7 +170,7 @@ def image_channels(im: Image.Image) -> int:
 
 
 def split_pair(
-    im: Image.Image, name: str | Path, size: int, field: str = DATA_FIELD
+    im: Image.Image, name: str | Path, size: int | Frame, field: str = DATA_FIELD
 ) -> tuple[np.ndarray, np.ndarray]:
     """The A and B halves of one side-by-side pix2pix image, as (C, H, W) in [0, 1]."""
     im = im.convert("RGB")
@@ -178,10 +178,10 @@ def split_pair(
     if w < 2 or w % 2:
         raise TrainerError(f"{field}: {name} is {w}x{h}; paired images put A|B side by side")
     left, right = im.crop((0, 0, w // 2, h)), im.crop((w // 2, 0, w, h))
-    return pil_to_array(left, 3, size), pil_to_array(right, 3, size)
+    return pil_to_array(left, 3, size, name), pil_to_array(right, 3, size, name)
 
 
-def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dataset:
+def load_image_folder(path: Path, size: int | Frame, channels: int | None = None) -> Dataset:
     """Images under `path`; one sub-folder per class gives labels (like ImageFolder)."""
     root = _require(path)
     if not root.is_dir():
@@ -191,7 +191,7 @@ def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dat
         channels = image_channels(_open(files[0]))
     classes = sorted({f.parent.relative_to(root).as_posix() for f in files} - {"."})
     arrays: dict[str, np.ndarray] = {
-        "image": np.stack([pil_to_array(_open(f), channels, size) for f in files]) * 2 - 1
+        "image": np.stack([pil_to_array(_open(f), channels, size, f) for f in files]) * 2 - 1
     }
     if classes and all(f.parent != root for f in files):
         index = {c: i for i, c in enumerate(classes)}
@@ -207,7 +207,7 @@ def load_image_folder(path: Path, size: int, channels: int | None = None) -> Dat
 
 
 def load_paired_folder(
-    path: Path, size: int, direction: str = "AtoB", field: str = DATA_FIELD
+    path: Path, size: int | Frame, direction: str = "AtoB", field: str = DATA_FIELD
 ) -> Dataset:
     """pix2pix layout: each image holds A | B side by side (width = 2 x height). `field`
     names the setting that gave `path` in messages (the held-out folder is an option)."""

@@ -59,7 +59,7 @@ from kubegan_trainer.data.files import (
     image_channels,
     split_pair,
 )
-from kubegan_trainer.data.imageops import pil_to_array
+from kubegan_trainer.data.imageops import Frame, pil_to_array
 from kubegan_trainer.data.showers import SHAPE, preprocess
 from kubegan_trainer.data.tfrecord import (
     SHARD_INDEX,
@@ -143,12 +143,16 @@ class ShardSource:
         self._store = None
         self.field = DATA_PATH_FIELD
         self._listed: dict[str, int] = {}  # every name under `where` (sizes: bucket only)
+        self._listing: dict[str, int] | None = None
         if "://" in where:
             self.field = DATA_URI_FIELD
             uri = objstore.parse_uri(where, DATA_URI_FIELD)
             self._store = objstore.open_store(uri, endpoint or None, DATA_ENDPOINT_FIELD)
 
-    def names(self) -> list[str]:
+    def listed(self) -> dict[str, int]:
+        """Every name under `where`, whatever its suffix (sizes: bucket only); listed once."""
+        if self._listing is not None:
+            return self._listing
         if self._store is None:
             root = Path(self.where)
             # Every .h5 name, not only regular files: a FIFO is refused by name (count), as
@@ -162,6 +166,15 @@ class ShardSource:
                 f"{self.field}: list {self.where}",
                 lambda: {m["path"]: int(m["size"]) for b in obstore.list(store) for m in b},
             )
+        self._listing = found
+        return found
+
+    def has_shards(self) -> bool:
+        """Whether any listed name has one of the shard suffixes."""
+        return any(Path(n).suffix.lower() in self.suffixes for n in self.listed())
+
+    def names(self) -> list[str]:
+        found = self.listed()
         shards = sorted(n for n in found if Path(n).suffix.lower() in self.suffixes)
         if not shards:
             raise TrainerError(f"{self.field}: {self._none_found()}")
@@ -311,19 +324,19 @@ def parse_showers(
 
 
 def parse_image(
-    name: str, raw: bytes, size: int, channels: int, classes: list[str], field: str
+    name: str, raw: bytes, size: int | Frame, channels: int, classes: list[str], field: str
 ) -> dict:
     """One image object, decoded, resized and scaled to [-1, 1] as the folder loader does;
     labelled by its sub-prefix when `classes` (like ImageFolder)."""
     im = decode_image(raw, name, field)
-    arrays = {"image": pil_to_array(im, channels, size)[None] * 2 - 1}
+    arrays = {"image": pil_to_array(im, channels, size, name)[None] * 2 - 1}
     if classes:
         label = classes.index(PurePosixPath(name).parent.as_posix())
         arrays["label"] = np.array([label], dtype=np.int64)
     return arrays
 
 
-def parse_pair(name: str, raw: bytes, size: int, direction: str, field: str) -> dict:
+def parse_pair(name: str, raw: bytes, size: int | Frame, direction: str, field: str) -> dict:
     """One side-by-side pix2pix object, split as the paired folder loader splits it."""
     a, b = split_pair(decode_image(raw, name, field), name, size, field)
     if direction == "BtoA":
@@ -332,12 +345,19 @@ def parse_pair(name: str, raw: bytes, size: int, direction: str, field: str) -> 
 
 
 def image_plan(
-    where: str, seed: int, kind: str, options: dict[str, Any], endpoint: str | None = None
+    where: str,
+    seed: int,
+    kind: str,
+    options: dict[str, Any],
+    endpoint: str | None = None,
+    frame: int | Frame | None = None,
 ) -> ShardPlan:
     """Image (or paired image) objects under a prefix, one example per shard; `options` are
-    the model's (imageSize, channels, direction)."""
+    the model's (imageSize, channels, direction); `frame` what an image becomes (imageSize's
+    square unless given)."""
     source = ShardSource(where, endpoint, IMAGE_SUFFIXES, IMAGE_MAX_BYTES)
-    names, field, size = source.names(), source.field, options["imageSize"]
+    names, field = source.names(), source.field
+    size = options["imageSize"] if frame is None else frame
     classes: list[str] = []
     if kind == "paired":
         direction = options.get("direction") or "AtoB"

@@ -26,6 +26,7 @@ from typing import TextIO
 from kubegan_api.contract import (
     CHECKPOINT_SUBDIR,
     CONFIG_FILE,
+    ENV_ACCUMULATION_STEPS,
     ENV_LOG_FILE,
     ENV_METRICS_ADDR,
     ENV_METRICS_PORT,
@@ -57,8 +58,10 @@ def worker_environments(
     cost_rate_per_hour: float,
     namespace: str,
     config_path: Path,
+    accumulation_steps: int | None = None,
 ) -> list[dict[str, str]]:
-    """The §4 environment of every local worker (plus thread and GPU pinning)."""
+    """The §4 environment of every local worker (plus thread and GPU pinning);
+    `accumulation_steps`: an elastic job's at this size (launch/local_size.py)."""
     hosts = [f"{LOCAL_ADDR}:{port}" for port in reserve_ports(workers)]
     metrics_port = reserve_port(config.monitoring.metrics_port)
     procs = workers * max(1, gpus_per_worker)
@@ -78,8 +81,10 @@ def worker_environments(
             output_dir=str(output_dir),
             metrics_port=metrics_port,
             cost_rate_per_hour=cost_rate_per_hour,
+            accumulation_steps=accumulation_steps,
         )
         env = dict(os.environ)
+        env.pop(ENV_ACCUMULATION_STEPS, None)  # only ever this job's, never the shell's
         env.update(build_worker_env(topo))
         env.setdefault("OMP_NUM_THREADS", str(threads))
         env["PYTHONUNBUFFERED"] = "1"
@@ -153,6 +158,7 @@ def run_local(
     namespace: str = "default",
     out: TextIO | None = None,
     allow_config_change: bool = False,
+    accumulation_steps: int | None = None,
 ) -> int:
     """Run the job's workers locally; returns the exit code for the CLI.
 
@@ -174,6 +180,7 @@ def run_local(
             out=out or sys.stdout,
             allow_config_change=allow_config_change,
             lock_fd=lock.fd,
+            accumulation_steps=accumulation_steps,
         )
     finally:
         lock.release()
@@ -190,6 +197,7 @@ def _run_locked(
     out: TextIO,
     allow_config_change: bool,
     lock_fd: int,
+    accumulation_steps: int | None = None,
 ) -> int:
     console = _Console(out)
     changed = record_config(output_dir, config.to_api(), allow_change=allow_config_change)
@@ -202,14 +210,16 @@ def _run_locked(
         cost_rate_per_hour=cost_rate_per_hour,
         namespace=namespace,
         config_path=output_dir / CONFIG_FILE,
+        accumulation_steps=accumulation_steps,
     )
     log_paths = [output_dir / "logs" / f"worker-{i}.log" for i in range(workers)]
     for env, path in zip(envs, log_paths, strict=True):
         env[ENV_LOG_FILE] = str(path)  # the trainer's log: rank 0 stores it with the artifacts
     tails = [_LogTail(p) for p in log_paths]
+    acc = "" if accumulation_steps is None else f", gradient accumulation {accumulation_steps}"
     console.line(
         f"{config.job_name}: {workers} worker(s) x {max(1, gpus_per_worker)} process(es) "
-        f"({'GPU' if gpus_per_worker else 'CPU'}), output {output_dir}"
+        f"({'GPU' if gpus_per_worker else 'CPU'}{acc}), output {output_dir}"
     )
     console.line(
         f"metrics on http://{LOCAL_ADDR}:{envs[0][ENV_METRICS_PORT]}/metrics, "

@@ -29,6 +29,7 @@ from kubegan_trainer.storage import termination
 from kubegan_trainer.storage.artifacts import BucketSink, FolderSink, Sink, open_bucket
 from kubegan_trainer.worker import run_history
 from kubegan_trainer.worker.cluster_env import ClusterEnv
+from kubegan_trainer.worker.mlflow_run import FINISHED, MlflowTracker
 from kubegan_trainer.worker.tensorboard import (
     TB_DIR,
     EpochEvents,
@@ -54,6 +55,14 @@ FINISH_SECONDS = 300.0  # at a normal end: each upload is bounded by its retries
 def _stamp() -> str:
     """When this process started its part of the run, for log names (UTC, sortable)."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def _budget(stop_at: float | None) -> float:
+    """Seconds the uploads may still take: FINISH_SECONDS, or after a stop what is left
+    until STOP_DEADLINE_SECONDS after it."""
+    if stop_at is None:
+        return FINISH_SECONDS
+    return max(0.5, STOP_DEADLINE_SECONDS - (time.monotonic() - stop_at))
 
 
 def samples_key(epoch: int) -> str:
@@ -94,6 +103,12 @@ class RunArtifacts:
         name = self.log_file.name
         self.log_key = f"{LOGS_DIR}/{name if log_file is None else f'{_stamp()}-{name}'}"
         self._tb_broken = False
+        mlflow = config.tracking.mlflow
+        self.tracker = (
+            MlflowTracker(mlflow, config.job_name, self.events.hparams, self.sink)
+            if mlflow
+            else None
+        )
 
     @classmethod
     def open(
@@ -122,6 +137,8 @@ class RunArtifacts:
         if self.metrics is not None:
             self.metrics.samples_epoch.set(newest or 0)
         termination.note_samples(newest)
+        if self.tracker is not None:
+            self.tracker.start(epoch)
 
     def _forget_after(self, epoch: int) -> int | None:
         """Remove sample grids and event files of epochs after `epoch` from the store (and
@@ -146,6 +163,8 @@ class RunArtifacts:
         event = self._write_events(rec, sample)
         if event is not None:
             self.sink.put_file(f"{TB_DIR}/{event.name}", event)
+        if self.tracker is not None:
+            self.tracker.epoch(rec.epoch, scalars_for(rec), sample)
         if self.bucket:  # in a folder, MetricsLog has appended the line already
             self.history.append(asdict(rec))
             self.sink.put_bytes(METRICS_FILE, run_history.render(self.history))
@@ -167,23 +186,25 @@ class RunArtifacts:
         """The exported generator's files, by their path under export/."""
         for rel, path in sorted(files.items()):
             self.sink.put_file(f"{EXPORT_DIR}/{rel}", path)
+        if self.tracker is not None:
+            self.tracker.files(files, "generator")
 
     def has_export(self) -> bool:
         return bool(self.sink.keys(EXPORT_DIR))
 
-    def finish(self, stop_at: float | None) -> bool:
-        """Wait for the uploads (after a stop: until STOP_DEADLINE_SECONDS after it); whether
-        everything reached the store."""
+    def finish(self, stop_at: float | None, status: str = FINISHED) -> bool:
+        """Wait for the uploads (after a stop: until STOP_DEADLINE_SECONDS after it), then
+        for the MLflow run, which ends with `status`; whether everything reached the store."""
         self._put_log()
-        if stop_at is None:
-            budget = FINISH_SECONDS
-        else:
-            budget = max(0.5, STOP_DEADLINE_SECONDS - (time.monotonic() - stop_at))
-        done = self.sink.flush(budget)
+        done = self.sink.flush(_budget(stop_at))
         if not done:
             log.warning(
-                "artifacts: uploads to %s not finished within %.0f s", self.sink.location, budget
+                "artifacts: uploads to %s not finished within %.0f s",
+                self.sink.location,
+                _budget(stop_at),
             )
+        if self.tracker is not None:
+            self.tracker.finish(status, _budget(stop_at))
         if self._handler is not None:
             logging.getLogger().removeHandler(self._handler)
             self._handler.close()

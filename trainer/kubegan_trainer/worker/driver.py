@@ -44,6 +44,7 @@ from kubegan_trainer.worker.quality import Quality, quality_for
 from kubegan_trainer.worker.reporting import Reporter
 from kubegan_trainer.worker.samples import sample_count, save_samples
 from kubegan_trainer.worker.signals import StopFlag
+from kubegan_trainer.worker.standard_scores import StandardScores
 
 log = logging.getLogger("kubegan_trainer")
 
@@ -104,6 +105,7 @@ class Backend(Protocol):
     steps_per_epoch: int
     samples_per_step: int  # global batch of one optimizer step
     data_kind: str  # "images" | "paired" | "showers"
+    task: Any  # the model: its optional quality score (kubegan_trainer.worker.model_api)
 
     def resume(self) -> tuple[Position, LoopState]:
         """Collective: load the newest valid checkpoint, or (0, 0) and a fresh state."""
@@ -177,6 +179,8 @@ class Driver:
         self.last_saved: Position | None = None
         self.quality: Quality | None = None  # built on the chief at the first epoch's end
         self._quality_built = False
+        # FID/KID (spec.quality): built now, so bad feature weights fail the job at once.
+        self.standard = StandardScores.open(config, backend.data_kind) if backend.chief else None
         self._score: tuple[int, Score] | None = None  # the newest epoch's primary score
         self.completed = False  # this process trained the last epoch
 
@@ -273,6 +277,9 @@ class Driver:
         if self.b.chief:
             sample = self.render_samples(epoch)
             quality, quality_seconds = self.measure_quality()
+            if self.standard is not None and self.standard.due(epoch):
+                standard, seconds = self.standard.measure(self.b)
+                quality, quality_seconds = {**quality, **standard}, quality_seconds + seconds
             picked = self.quality.primary.pick(quality) if self.quality is not None else None
             self._score = (epoch, Score(*picked)) if picked else None
         rec = self.report.epoch_done(
@@ -285,6 +292,8 @@ class Driver:
             world_size=self.b.world_size,
             quality=quality,
             quality_seconds=quality_seconds,
+            global_batch=self.b.samples_per_step,
+            accumulation_steps=self.config.training.gradient_accumulation_steps,
         )
         if rec is not None and self.artifacts is not None:
             self.artifacts.epoch_done(rec, sample)
@@ -300,6 +309,7 @@ class Driver:
                 self.b,
                 self.config.training.seed,
                 held_out=held_out_pairs(self.config),
+                model=self.b.task,
             )
             self._quality_built = True
             setup = time.perf_counter() - t0

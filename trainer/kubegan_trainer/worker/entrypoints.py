@@ -105,7 +105,8 @@ def load_entrypoint(entrypoint: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # any import-time failure is the user's module's problem
-        raise TrainerError(f"{FIELD}: cannot import {module_name} ({err})") from None
+        said = str(err).strip().splitlines() or [type(err).__name__]
+        raise TrainerError(f"{FIELD}: cannot import {module_name} ({said[0]})") from None
     try:
         obj = getattr(module, attr)
     except AttributeError:

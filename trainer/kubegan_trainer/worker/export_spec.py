@@ -78,7 +78,8 @@ def generator_spec(
         "data": {
             "kind": shape.kind,
             "channels": shape.channels,
-            "size": shape.size,
+            "size": shape.size,  # the height; "width" differs for spec.data.resize/crop
+            "width": shape.hw[1],
             "numClasses": shape.num_classes,
         },
         "inputs": {

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data.showers import ECAL_POWER
 
 QUALITY_SEED_OFFSET = 54321
@@ -84,20 +85,62 @@ class Quality:
 
 
 def quality_for(
-    kind: str, backend: Generator, seed: int, held_out: dict[str, np.ndarray] | None = None
+    kind: str,
+    backend: Generator,
+    seed: int,
+    held_out: dict[str, np.ndarray] | None = None,
+    model: Any = None,
 ) -> Quality | None:
     """The scorer for this data kind, or None where there is nothing to score against
     (an image folder without classes). `held_out`: pairs the job never trains on
-    (data/build.py held_out_pairs), for pix2pix."""
+    (data/build.py held_out_pairs), for pix2pix. `model`: the task; its own `quality` (the
+    custom model API) is measured beside the kind's scores and is the primary one."""
+    base = _kind_scorer(kind, backend, held_out)
+    if callable(getattr(model, "quality", None)):
+        name, higher = model.quality_primary
+        real = backend.real_examples(MODEL_EVAL)
+        base = ModelScorer(model.quality, Primary(name, higher), real, base)
+    return Quality(base, seed + QUALITY_SEED_OFFSET) if base is not None else None
+
+
+def _kind_scorer(
+    kind: str, backend: Generator, held_out: dict[str, np.ndarray] | None
+) -> Scorer | None:
     if kind == "showers":
-        return Quality(ShowerScorer(backend.real_examples(SHOWER_EVAL)), seed + QUALITY_SEED_OFFSET)
+        return ShowerScorer(backend.real_examples(SHOWER_EVAL))
     if kind == "paired":
-        return Quality(PairedScorer(held_out), seed + QUALITY_SEED_OFFSET)
+        return PairedScorer(held_out)
     real = backend.real_examples(1 << 30)
     labels = real.get("label")
     if labels is None or len(np.unique(labels)) < 2:
         return None
-    return Quality(ClassifierScorer(real["image"], labels), seed + QUALITY_SEED_OFFSET)
+    return ClassifierScorer(real["image"], labels)
+
+
+# ---- a custom model's own score ------------------------------------------------------------------
+MODEL_EVAL = 256  # real examples (and as many generated) a model's quality() compares
+
+
+class ModelScorer:
+    """`task.quality(real, fake)` on fixed real examples and generated ones for them, beside
+    the data kind's own scores (`base`), if any."""
+
+    def __init__(
+        self, score: Any, primary: Primary, real: dict[str, np.ndarray], base: Scorer | None
+    ) -> None:
+        self.primary, self._score, self.real, self.base = primary, score, real, base
+
+    def score(self, backend: Generator, seed: int) -> dict[str, float]:
+        kind_scores = self.base.score(backend, seed) if self.base is not None else {}
+        scores = self._score(self.real, backend.generate(self.real, seed).images)
+        if not isinstance(scores, dict) or not all(
+            isinstance(k, str) and isinstance(v, int | float | np.number) for k, v in scores.items()
+        ):
+            raise TrainerError(
+                "spec.model.entrypoint: the model's quality() returned "
+                f"{type(scores).__name__}; expected a dict of score name to number"
+            )
+        return {**kind_scores, **{k: float(v) for k, v in scores.items()}}
 
 
 # ---- images ----------------------------------------------------------------------------------

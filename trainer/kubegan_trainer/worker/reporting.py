@@ -80,6 +80,8 @@ class Reporter:
         world_size: int,
         quality: dict[str, float] | None = None,
         quality_seconds: float = 0.0,
+        global_batch: int = 0,
+        accumulation_steps: int = 0,
     ) -> EpochRecord | None:
         """The epoch's record, logged and written to metrics.jsonl (None on other ranks)."""
         if self.metrics is None:
@@ -96,6 +98,8 @@ class Reporter:
             world_size=world_size,
             quality=quality or {},
             quality_seconds=round(quality_seconds, 6),
+            global_batch=global_batch,
+            accumulation_steps=accumulation_steps,
         )
         self.metrics_log.append(rec)
         self.metrics.record_epoch(rec)

@@ -15,6 +15,7 @@ from kubegan_trainer.storage.store import CheckpointRef, Store
 from kubegan_trainer.storage.sync import finish_uploads
 from kubegan_trainer.worker.artifacts import EXPORT_DIR, RunArtifacts
 from kubegan_trainer.worker.driver import Driver
+from kubegan_trainer.worker.mlflow_run import run_status
 
 log = logging.getLogger("kubegan_trainer")
 
@@ -31,6 +32,7 @@ def run_to_end(
 ) -> int:
     """Train, then finish: `store` is the checkpoint store this process commits (None on a
     worker that writes none); `stop_at` says when a stop was asked for, if one was."""
+    code: int | None = None  # None while running: an exception ends the run FAILED
     try:
         code = driver.fit()
         if store is not None:
@@ -41,7 +43,7 @@ def run_to_end(
         return code
     finally:
         if driver.artifacts is not None:
-            driver.artifacts.finish(stop_at())
+            driver.artifacts.finish(stop_at(), run_status(code))
 
 
 def _export_due(driver: Driver) -> bool:

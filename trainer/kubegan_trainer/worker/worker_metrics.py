@@ -51,6 +51,10 @@ class EpochRecord:
     world_size: int
     quality: dict[str, float] = field(default_factory=dict)  # metric -> value (quality.py)
     quality_seconds: float = 0.0  # what measuring it cost (not part of epoch_seconds)
+    # Samples per optimizer step, and the accumulation steps that made it at world_size:
+    # an elastic job resized mid-run keeps the first and changes the second.
+    global_batch: int = 0
+    accumulation_steps: int = 0
 
     @staticmethod
     def cost(epoch_seconds: float, rate_per_hour: float) -> float:

@@ -38,6 +38,7 @@ from kubegan_trainer.base.bounded_read import MANIFEST_MAX_BYTES, read_regular, 
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data import Dataset
 from kubegan_trainer.data.arrays import DataShape
+from kubegan_trainer.data.order import epoch_order, step_indices
 from kubegan_trainer.data.stream import DATA_PATH_FIELD, ShardPlan
 from kubegan_trainer.data.tfrecord import SHARD_INDEX, TFRECORD_SUFFIXES, index_counts
 
@@ -72,8 +73,8 @@ class InputSource:
         """Channels and size from the (H, W, C) images; showers have a fixed shape."""
         if len(self.image_shape) != 3:
             return DataShape(self.kind, num_classes=self.num_classes)
-        size, _, channels = self.image_shape
-        return DataShape(self.kind, channels, size, self.num_classes)
+        size, width, channels = self.image_shape
+        return DataShape(self.kind, channels, size, self.num_classes, width)
 
     def epoch_dataset(
         self, epoch: int, first_step: int, global_batch: int, steps: int
@@ -114,10 +115,6 @@ def next_from(source: InputSource, it: Iterator[Any]) -> Any:
         raise line from None
 
 
-def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch, 0x6B67]).permutation(n)
-
-
 class ArraySource(InputSource):
     def __init__(self, dataset: Dataset, seed: int) -> None:
         arrays = channels_last(dataset)
@@ -145,7 +142,7 @@ class ArraySource(InputSource):
 
         def batches() -> Iterator[dict[str, np.ndarray]]:
             for step in range(first_step, steps):
-                idx = np.sort(order[step * global_batch : (step + 1) * global_batch])
+                idx = step_indices(order, step, global_batch)
                 yield {k: v[idx] for k, v in arrays.items()}
 
         ds = tf.data.Dataset.from_generator(batches, output_signature=self.signature)

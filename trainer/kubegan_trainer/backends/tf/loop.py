@@ -38,17 +38,21 @@ import tensorflow as tf
 from kubegan_api.sections import TrainerConfig
 
 from kubegan_trainer.backends.tf.ckpt import TfCheckpoints
-from kubegan_trainer.backends.tf.data import InputSource, next_from
+from kubegan_trainer.backends.tf.data import ArraySource, InputSource, next_from
 from kubegan_trainer.backends.tf.models import GanTask, build_task
+from kubegan_trainer.backends.tf.noise import KeyedDraws, micro_key
 from kubegan_trainer.backends.tf.optim import make_optimizer
 from kubegan_trainer.backends.tf.precision import uses_loss_scaling
 from kubegan_trainer.backends.tf.stabilizers import Stabilizers
 from kubegan_trainer.backends.tf.strategy import StrategyInfo
 from kubegan_trainer.base.errors import TrainerError
+from kubegan_trainer.storage.folder import read_manifest
+from kubegan_trainer.storage.manifest import ManifestError
 from kubegan_trainer.storage.store import CheckpointRef, Position
 from kubegan_trainer.worker import driver
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
+from kubegan_trainer.worker.elastic import data_position, resume_step, saved_position
 from kubegan_trainer.worker.run_end import run_to_end
 from kubegan_trainer.worker.schedules import run_updates
 from kubegan_trainer.worker.signals import StopFlag
@@ -144,6 +148,7 @@ class GanTrainer:
             config.checkpoint,
         )
         self._reclaim_pending = False
+        self.global_step = 0  # optimizer steps done: the noise's key (noise.py)
         self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
         # compile: XLA for each replica's compute (_phase); channelsLast has nothing to change
         # here, Keras is channels-last already.
@@ -202,15 +207,20 @@ class GanTrainer:
         return total
 
     def _replica_step(
-        self, batch: dict[str, tf.Tensor], flags: tf.Tensor, r1_due: tuple[bool, ...] = ()
+        self,
+        batch: dict[str, tf.Tensor],
+        flags: tf.Tensor,
+        r1_due: tuple[bool, ...] = (),
+        step: tf.Tensor | None = None,
     ) -> tuple[tf.Tensor, ...]:
-        """`r1_due`: for each discriminator update on real data, whether it carries R1."""
-        task, rng, b = self.task, self.rng, self.batch
+        """`r1_due`: for each discriminator update on real data, whether it carries R1.
+        `step`: the global step, which keys each micro-batch's noise (noise.py)."""
+        task, rng = self.task, self.rng
         due = iter(r1_due)
         ctx = tf.distribute.get_replica_context()
         sched = task.schedule
-        micro = [{k: v[i * b : (i + 1) * b] for k, v in batch.items()} for i in range(self.k)]
-        inputs = [task.generator_inputs(m, rng) for m in micro]
+        micro, draw_inputs = self._micro_batches(batch, step)
+        inputs = draw_inputs()
         fakes = [
             tf.stop_gradient(task.generate(x, training=sched.d_fakes_training)) for x in inputs
         ]
@@ -219,7 +229,7 @@ class GanTrainer:
             score = getattr(task, phase.loss)
             for _ in range(phase.repeats):
                 if phase.fresh_inputs:
-                    inputs = [task.generator_inputs(m, rng) for m in micro]
+                    inputs = draw_inputs()
                 if phase.network == "discriminator":
                     opt, variables = self.opt_d, self.D.trainable_variables
 
@@ -253,16 +263,39 @@ class GanTrainer:
         d = totals["discriminator"] / sched.count("discriminator")
         return (g, d, agreed, batch["index"])
 
+    def _micro_batches(
+        self, batch: dict[str, tf.Tensor], step: tf.Tensor | None
+    ) -> tuple[list[dict[str, tf.Tensor]], Callable[[], list[dict[str, tf.Tensor]]]]:
+        """This replica's k micro-batches, and a function that draws their generator inputs
+        afresh: keyed by their examples (noise.py) when the global `step` is known."""
+        b, task, rng = self.batch, self.task, self.rng
+        micro = [{k: v[i * b : (i + 1) * b] for k, v in batch.items()} for i in range(self.k)]
+        seed = self.config.training.seed
+        draws = [
+            rng if step is None else KeyedDraws(seed, step, micro_key(m["index"]), rng)
+            for m in micro
+        ]
+
+        def draw_inputs() -> list[dict[str, tf.Tensor]]:
+            return [task.generator_inputs(m, g) for m, g in zip(micro, draws, strict=True)]
+
+        return micro, draw_inputs
+
     def _r1_fn(self, micro: list[dict[str, tf.Tensor]], opt: Any) -> Callable[[int], tf.Tensor]:
         scale = tf.cast(opt.dynamic_scale, tf.float32) if self.scaling else None
         return lambda i: self.stab.r1_term(micro[i], scale)
 
     def _distributed_step(
-        self, batch: Any, flags: tf.Tensor, r1_due: tuple[bool, ...], ema_beta: tf.Tensor
+        self,
+        batch: Any,
+        flags: tf.Tensor,
+        r1_due: tuple[bool, ...],
+        ema_beta: tf.Tensor,
+        step: tf.Tensor | None = None,
     ) -> tuple[tf.Tensor, ...]:
         """One step on every replica, then (cross-replica) the generator's average."""
         g, d, agreed, index = self.strategy.run(
-            lambda b, f: self._replica_step(b, f, r1_due), args=(batch, flags)
+            lambda b, f: self._replica_step(b, f, r1_due, step), args=(batch, flags)
         )
         self.stab.after_step(ema_beta)
         g = self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
@@ -298,6 +331,7 @@ class GanTrainer:
                 "global_step": state.global_step,
                 "replicas": self.replicas,
                 "workers": self.info.num_workers,
+                **data_position(pos.step, self.global_batch),
                 **(extra or {}),
             },
         )
@@ -335,7 +369,9 @@ class GanTrainer:
             return Position(0, 0), LoopState()
         self.ckpts.restore(saved)
         s = self.state
-        pos = Position(int(s["epoch"].numpy()), int(s["step"].numpy()))
+        saved_replicas = int(s["replicas"].numpy())
+        step = self._resume_step(saved, int(s["step"].numpy()), saved_replicas)
+        pos = Position(int(s["epoch"].numpy()), step)
         state = LoopState(
             int(s["global_step"].numpy()),
             float(s["g_sum"].numpy()),
@@ -343,19 +379,37 @@ class GanTrainer:
             int(s["acc_steps"].numpy()),
             float(s["elapsed"].numpy()),
         )
-        saved_replicas = int(s["replicas"].numpy())
+        self.global_step = state.global_step
         if saved_replicas != self.replicas:
             if self.chief:
                 log.warning(
-                    "replicas changed from %d to %d: random streams re-seeded and batches "
-                    "re-split, so the run is not bitwise-reproducible from here",
+                    "replicas changed from %d to %d (global batch %d kept, gradient "
+                    "accumulation %d): other random streams re-seeded, so the run matches an "
+                    "unbroken one within float tolerance, not bitwise",
                     saved_replicas,
                     self.replicas,
+                    self.global_batch,
+                    self.k,
                 )
             self.rng.reset_from_seed(self.config.training.seed + 104729 * state.global_step)
             s["replicas"].assign(self.replicas)
         self.stab.after_restore(saved_replicas == self.replicas, state.global_step)
         return pos, state
+
+    def _resume_step(self, ref: CheckpointRef, step: int, saved_replicas: int) -> int:
+        """The step of the current global batch the epoch resumes at (worker/elastic.py)."""
+        try:
+            record = read_manifest(ref.path).extra
+        except (OSError, ManifestError) as err:  # validated moments ago: a race, in words
+            raise TrainerError(f"checkpoint {ref.path}: manifest unreadable ({err})") from None
+        resized = saved_replicas != self.replicas
+        step = resume_step(str(ref.path), step, saved_position(record), self.global_batch, resized)
+        if step and resized and not isinstance(self.source, ArraySource):
+            raise TrainerError(
+                f"checkpoint {ref.path}: a streamed data set cannot change size mid-epoch "
+                "(each worker reads its own shards); resume at the size that wrote it"
+            )
+        return step
 
     # ---- samples ---------------------------------------------------------------------------
     def real_examples(self, n: int) -> dict[str, np.ndarray]:
@@ -407,7 +461,9 @@ class GanTrainer:
     def step(self, batch: Any, local_flags: Flags) -> StepResult:
         flags = tf.constant([float(f) for f in local_flags()])
         r1_due = self.stab.r1_due(self.task.schedule.real_d_updates())
-        g, d, agreed, index = self._train_step(batch, flags, r1_due, self.stab.ema_beta())
+        key = tf.constant(self.global_step, tf.int64)
+        g, d, agreed, index = self._train_step(batch, flags, r1_due, self.stab.ema_beta(), key)
+        self.global_step += 1
         if self._reclaim_pending:
             self._reclaim_sigterm()
             self._reclaim_pending = False

@@ -42,6 +42,7 @@ from kubegan_trainer.backends.torch import rng
 from kubegan_trainer.backends.torch.compiling import compile_networks
 from kubegan_trainer.backends.torch.data import RankBatches, Step
 from kubegan_trainer.backends.torch.models import Batch, GanTask
+from kubegan_trainer.backends.torch.noise import micro_keys, noise_generator
 from kubegan_trainer.backends.torch.optim import make_optimizer
 from kubegan_trainer.backends.torch.payload import load_payload
 from kubegan_trainer.backends.torch.precision import autocast, make_scaler
@@ -55,6 +56,7 @@ from kubegan_trainer.storage.store import CheckpointRef, Position, Store
 from kubegan_trainer.storage.sync import open_checkpoint_store
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.driver import Driver, Flags, Generated, Hooks, LoopState, StepResult
+from kubegan_trainer.worker.elastic import data_position, resume_step, saved_position
 from kubegan_trainer.worker.run_end import run_to_end
 from kubegan_trainer.worker.signals import StopFlag
 
@@ -62,6 +64,8 @@ log = logging.getLogger("kubegan_trainer")
 
 STATE_FILE = "state.pt"
 CHECKPOINT_FORMAT = 2  # 2: tensors and plain data only (weights_only loading)
+# The in-memory data order (data/order.py); checkpoints without it dealt a DistributedSampler's.
+DATA_ORDER_KEY, DATA_ORDER = "data_order", "global"
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,7 @@ class GanTrainer:
         self.steps_per_epoch = self.input.steps_per_epoch
         self._training_options(tuple(dataset.arrays))
         self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
+        self.global_step = 0  # optimizer steps done: the noise's key (noise.py)
         # Rank 0 writes checkpoints (and talks to the bucket, if the job names one).
         root, keep = Path(env.checkpoint_dir), config.checkpoint.keep
         self.store: Store = (
@@ -210,10 +215,23 @@ class GanTrainer:
         self.scaler.step(opt)
         return norm
 
-    def train_step(self, micro: list[Batch]) -> StepStats:
-        """One optimizer step: the task's schedule (worker/phases.py), phase by phase."""
+    def _inputs(self, micro: list[Batch], keys: list[int] | None, draw: int) -> list[Batch]:
+        """Each micro-batch's generator inputs: drawn for its examples (noise.py) when its
+        `keys` are known, from the global RNG otherwise (tools that step by hand)."""
+        if keys is None:
+            return [self.task.generator_inputs(b) for b in micro]
+        seed, step = self.config.training.seed, self.global_step
+        return [
+            self.task.generator_inputs(b, rng=noise_generator(seed, step, key, draw))
+            for b, key in zip(micro, keys, strict=True)
+        ]
+
+    def train_step(self, micro: list[Batch], keys: list[int] | None = None) -> StepStats:
+        """One optimizer step: the task's schedule (worker/phases.py), phase by phase.
+        `keys`: each micro-batch's noise key (noise.micro_keys)."""
         task, sched = self.task, self.task.schedule
-        inputs = [task.generator_inputs(b) for b in micro]
+        draws = 0
+        inputs = self._inputs(micro, keys, draws)
         # k = 1 and fakes made in training mode: the first G update without fresh inputs
         # reuses D's fakes, graph and all, saving a generator forward.
         keep_graph = len(micro) == 1 and sched.d_fakes_training
@@ -228,7 +246,8 @@ class GanTrainer:
             score = getattr(task, phase.loss)
             for _ in range(phase.repeats):
                 if phase.fresh_inputs:
-                    inputs, reusable = [task.generator_inputs(b) for b in micro], None
+                    draws += 1
+                    inputs, reusable = self._inputs(micro, keys, draws), None
                 if phase.network in stepped:
                     # GradScaler steps each optimizer once per update(): a second update of
                     # the same network in this step closes the previous scaler round.
@@ -358,32 +377,46 @@ class GanTrainer:
             if hasattr(opt, "consolidate_state_dict"):  # ZeRO: gather shards on rank 0
                 opt.consolidate_state_dict(to=0)
         if self.rank0:
-            payload = {
-                "format": CHECKPOINT_FORMAT,
-                "position": {"epoch": pos.epoch, "step": pos.step},
-                "global_step": state.global_step,
-                "world_size": self.world,
-                "generator": self.G.state_dict(),
-                "discriminator": self.D.state_dict(),
-                "opt_g": self.opt_g.state_dict(),
-                "opt_d": self.opt_d.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "ranks": states,
-                "model": self.config.model.to_api(),
-                **self.stab.state(),
-            }
-            staging = self.store.begin(pos)
-            try:
-                torch.save(payload, staging / STATE_FILE)
-                self.store.commit(
-                    staging,
-                    pos,
-                    extra={"world_size": self.world, "framework": "pytorch", **(extra or {})},
-                )
-            except BaseException:
-                self.store.abort(staging)
-                raise
+            self._write(pos, self._payload(pos, state, states), extra)
         self._barrier()
+
+    def _payload(self, pos: Position, state: LoopState, ranks: list[Any]) -> dict[str, Any]:
+        """Rank 0: everything state.pt holds (data only), `ranks` each rank's own state."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "position": {"epoch": pos.epoch, "step": pos.step},
+            "global_step": state.global_step,
+            "world_size": self.world,
+            "generator": self.G.state_dict(),
+            "discriminator": self.D.state_dict(),
+            "opt_g": self.opt_g.state_dict(),
+            "opt_d": self.opt_d.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "ranks": ranks,
+            "model": self.config.model.to_api(),
+            DATA_ORDER_KEY: DATA_ORDER,
+            **data_position(pos.step, self.samples_per_step),
+            **self.stab.state(),
+        }
+
+    def _write(self, pos: Position, payload: dict[str, Any], extra: dict[str, Any] | None) -> None:
+        """Rank 0: state.pt staged, then committed with its manifest (`extra` in it)."""
+        staging = self.store.begin(pos)
+        try:
+            torch.save(payload, staging / STATE_FILE)
+            self.store.commit(
+                staging,
+                pos,
+                extra={
+                    "world_size": self.world,
+                    "framework": "pytorch",
+                    **data_position(pos.step, self.samples_per_step),
+                    **(extra or {}),
+                },
+            )
+        except BaseException:
+            self.store.abort(staging)
+            raise
 
     def resume(self) -> tuple[Position, LoopState]:
         """Load the latest valid checkpoint (if any) on every rank; returns where to go on."""
@@ -437,13 +470,16 @@ class GanTrainer:
             pos = Position(**payload["position"])
             global_step = int(payload["global_step"])
             same_world = payload["world_size"] == self.world
-            mine = payload["ranks"][self.dist.rank if same_world else 0]
-            acc = mine["epoch_acc"]
+            ranks = payload["ranks"]
+            mine = ranks[self.dist.rank if same_world else 0]
+            acc = _epoch_acc(ranks, mine, same_world)
         except (KeyError, IndexError, TypeError, RuntimeError, ValueError) as err:
             first = str(err).splitlines()[0]
             raise TrainerError(
                 f"checkpoint {path} does not fit this job's model or optimizers ({first})"
             ) from None
+        pos = Position(pos.epoch, self._resume_step(payload, pos, path, same_world))
+        self.global_step = global_step
         state = LoopState(
             global_step,
             acc["g_sum"].to(self.device),
@@ -458,14 +494,35 @@ class GanTrainer:
         else:
             if self.rank0:
                 log.warning(
-                    "world size changed from %d to %d: random streams re-seeded, so the "
-                    "run is not bitwise-reproducible from here",
+                    "world size changed from %d to %d (global batch %d kept, gradient "
+                    "accumulation %d): other random streams re-seeded, so the run matches an "
+                    "unbroken one within float tolerance, not bitwise",
                     payload["world_size"],
                     self.world,
+                    self.samples_per_step,
+                    self.k,
                 )
             rng.seed_all(self.config.training.seed + 7919 * self.dist.rank + 104729 * global_step)
             self.stab.reseed(global_step)
         return pos, state
+
+    def _resume_step(
+        self, payload: dict[str, Any], pos: Position, path: Path, same_world: bool
+    ) -> int:
+        """The step of the current global batch the epoch resumes at (worker/elastic.py);
+        an older checkpoint's mid-epoch position keeps its epoch's old order."""
+        where = str(path.parent)
+        step = resume_step(
+            where, pos.step, saved_position(payload), self.samples_per_step, not same_world
+        )
+        if step and not same_world and self.shards is not None:
+            raise TrainerError(
+                f"checkpoint {where}: a streamed data set cannot change size mid-epoch (each "
+                "rank reads its own shards); resume at the size that wrote it"
+            )
+        if step and payload.get(DATA_ORDER_KEY) != DATA_ORDER:
+            self.input.legacy_epoch = pos.epoch
+        return step
 
     def _restore_buffers(self, saved: dict[str, Tensor]) -> None:
         """This rank's own BatchNorm statistics (see save); older checkpoints lack them."""
@@ -521,7 +578,8 @@ class GanTrainer:
 
     def step(self, batch: Step, local_flags: Flags) -> StepResult:
         micro, index = batch
-        stats = self.train_step(micro)
+        stats = self.train_step(micro, micro_keys(index, len(micro), self.batch))
+        self.global_step += 1
         stop, due = self._agree(*local_flags())
         return StepResult(stats.g_loss, stats.d_loss, stop, due, index.numpy())
 
@@ -537,6 +595,16 @@ class GanTrainer:
         from kubegan_trainer.backends.torch.export import export_generator
 
         return export_generator(self, ref, ref.path / STATE_FILE, out)
+
+
+def _epoch_acc(ranks: list[dict[str, Any]], mine: dict[str, Any], same: bool) -> dict[str, Any]:
+    """This rank's running sums of the epoch. At another world size every rank starts from
+    the old ranks' mean, so the epoch's mean over the new ranks stays the mean it was."""
+    if same:
+        return mine["epoch_acc"]
+    accs = [r["epoch_acc"] for r in ranks]
+    mean = {k: sum(a[k] for a in accs) / len(accs) for k in ("g_sum", "d_sum")}
+    return {**accs[0], **{k: torch.as_tensor(v) for k, v in mean.items()}}
 
 
 def params_digest(module: nn.Module) -> np.ndarray:

@@ -57,7 +57,7 @@ class AcganTask(GanTask):
 
 
 def build_acgan(
-    options: dict[str, Any], channels: int, image_size: int, num_classes: int
+    options: dict[str, Any], channels: int, image_size: tuple[int, int], num_classes: int
 ) -> AcganTask:
     require_labels(num_classes)
     o = settings("acgan", options)
@@ -70,7 +70,7 @@ def build_acgan(
         generator_body(layers.Multiply()([z, emb]), channels, image_size, o["ngf"]),
         name="generator",
     )
-    image = keras.Input((image_size, image_size, channels))
+    image = keras.Input((*image_size, channels))
     h = trunk(image, image_size, o["ndf"])
     adv = layers.Dense(1, dtype="float32", kernel_initializer=normal_init())(h)
     cls = layers.Dense(num_classes, dtype="float32", kernel_initializer=normal_init())(h)

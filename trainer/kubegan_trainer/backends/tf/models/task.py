@@ -5,9 +5,10 @@ how to draw generator inputs, generate and score, and its `schedule` (kubegan_tr
 shared with the PyTorch backend) says how one iteration is phased: each phase names the
 network it updates and the task method that scores it. Losses are per example, float32,
 so the loop can average them over the global batch with `tf.nn.compute_average_loss`.
-All randomness comes from the loop's `tf.random.Generator` (checkpointed), never from
-Keras' own seed generators: that is what makes a resumed run continue the same random
-stream.
+All randomness comes from what the loop passes (its checkpointed `tf.random.Generator`, or
+for generator inputs the stateless draws keyed by each micro-batch's examples, noise.py),
+never from Keras' own seed generators: that is what makes a resumed run continue the same
+random stream.
 """
 
 from __future__ import annotations

@@ -23,15 +23,15 @@ def _gan3d(config: TrainerConfig, shape: DataShape) -> GanTask:
 
 
 def _dcgan(config: TrainerConfig, shape: DataShape) -> GanTask:
-    return build_dcgan(config.model.options, shape.channels, shape.size)
+    return build_dcgan(config.model.options, shape.channels, shape.hw)
 
 
 def _acgan(config: TrainerConfig, shape: DataShape) -> GanTask:
-    return build_acgan(config.model.options, shape.channels, shape.size, shape.num_classes)
+    return build_acgan(config.model.options, shape.channels, shape.hw, shape.num_classes)
 
 
 def _pix2pix(config: TrainerConfig, shape: DataShape) -> GanTask:
-    return build_pix2pix(config.model.options, shape.channels, shape.size)
+    return build_pix2pix(config.model.options, shape.channels, shape.hw)
 
 
 MODELS: dict[ModelName, Builder[GanTask]] = {

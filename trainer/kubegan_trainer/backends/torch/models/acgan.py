@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from kubegan_trainer.backends.torch.models.dcgan import DcganGenerator, DcganTrunk
+from kubegan_trainer.backends.torch.models.dcgan import HW, DcganGenerator, DcganTrunk
 from kubegan_trainer.backends.torch.models.task import (
     Batch,
     GanTask,
@@ -22,7 +22,7 @@ from kubegan_trainer.base.model_settings import require_labels, settings
 
 class AcganGenerator(nn.Module):
     def __init__(
-        self, num_classes: int, latent_dim: int, channels: int, image_size: int, ngf: int
+        self, num_classes: int, latent_dim: int, channels: int, image_size: HW, ngf: int
     ) -> None:
         super().__init__()
         self.embed = nn.Embedding(num_classes, latent_dim)
@@ -34,10 +34,10 @@ class AcganGenerator(nn.Module):
 
 
 class AcganDiscriminator(nn.Module):
-    def __init__(self, num_classes: int, channels: int, image_size: int, ndf: int) -> None:
+    def __init__(self, num_classes: int, channels: int, image_size: HW, ndf: int) -> None:
         super().__init__()
         self.trunk = DcganTrunk(channels, image_size, ndf)
-        features = self.trunk.width * 16
+        features = self.trunk.width * self.trunk.grid[0] * self.trunk.grid[1]
         self.adv = nn.Linear(features, 1)
         self.cls = nn.Linear(features, num_classes)
 
@@ -86,7 +86,7 @@ class AcganTask(GanTask):
 
 
 def build_acgan(
-    options: dict[str, Any], channels: int, image_size: int, num_classes: int
+    options: dict[str, Any], channels: int, image_size: HW, num_classes: int
 ) -> AcganTask:
     require_labels(num_classes)
     o = settings("acgan", options)

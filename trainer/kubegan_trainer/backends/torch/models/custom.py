@@ -1,9 +1,10 @@
-"""`model.name: custom`: a user factory named by `model.entrypoint` ("package.module:factory").
+"""`model.name: custom`: a user factory named by `model.entrypoint` ("package.module:factory"),
+built and checked against the model API (kubegan_trainer.worker.model_api, docs/custom-models.md).
 
-The factory is called as `factory(options)` and returns either a `GanTask` (full control
-over inputs and losses) or a `(generator, discriminator)` pair of modules, which is
-trained as an unconditional GAN: the generator takes (N, latentDim) noise, the
-discriminator returns one logit per image.
+The factory is called as `factory(options)` and returns either a `GanTask` declaring
+`api_version` (full control over inputs, phases and losses) or a `(generator,
+discriminator)` pair of modules, which is trained as an unconditional GAN: the generator
+takes (N, latentDim) noise, the discriminator returns one logit per image.
 """
 
 from __future__ import annotations
@@ -14,20 +15,16 @@ from torch import nn
 
 from kubegan_trainer.backends.torch.models.dcgan import UnconditionalTask
 from kubegan_trainer.backends.torch.models.task import GanTask
-from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.base.model_settings import settings
-from kubegan_trainer.worker.entrypoints import load_entrypoint
+from kubegan_trainer.worker.model_check import ModelTypes, build_checked
+
+PYTORCH = ModelTypes("pytorch", GanTask, nn.Module, "torch.nn.Module")
+
+
+def _pair(g: nn.Module, d: nn.Module, options: dict[str, Any]) -> GanTask:
+    latent = settings("custom", options)["latentDim"] or getattr(g, "latent_dim", 100)
+    return UnconditionalTask(g, d, latent)
 
 
 def build_custom(entrypoint: str, options: dict[str, Any]) -> GanTask:
-    made = load_entrypoint(entrypoint)(options)
-    if isinstance(made, GanTask):
-        return made
-    if isinstance(made, tuple) and len(made) == 2 and all(isinstance(m, nn.Module) for m in made):
-        g, d = made
-        latent = settings("custom", options)["latentDim"] or getattr(g, "latent_dim", 100)
-        return UnconditionalTask(g, d, latent)
-    raise TrainerError(
-        f"spec.model.entrypoint: {entrypoint} returned {type(made).__name__}; expected a "
-        "GanTask or a (generator, discriminator) pair of torch.nn.Module"
-    )
+    return build_checked(entrypoint, options, PYTORCH, lambda g, d: _pair(g, d, options))

@@ -1,10 +1,13 @@
-"""DCGAN (Radford et al.) at any power-of-two image size, and the unconditional task."""
+"""DCGAN (Radford et al.) at any power-of-two image size, or any even height x width
+(kubegan_api.image_frame: the first grid is (height, width) / 2^stages), and the
+unconditional task."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+from kubegan_api.image_frame import dcgan_stages, dcgan_start
 from torch import Tensor, nn
 
 from kubegan_trainer.backends.torch.models.task import (
@@ -14,17 +17,19 @@ from kubegan_trainer.backends.torch.models.task import (
     dcgan_init,
     randn,
 )
-from kubegan_trainer.base.model_settings import conv_levels, settings
+from kubegan_trainer.base.model_settings import settings
+
+HW = tuple[int, int]
 
 
 class DcganGenerator(nn.Module):
-    def __init__(self, latent_dim: int, channels: int, image_size: int, ngf: int) -> None:
+    def __init__(self, latent_dim: int, channels: int, image_size: HW, ngf: int) -> None:
         super().__init__()
         self.latent_dim = latent_dim
-        n = conv_levels(image_size)
+        n = dcgan_stages(*image_size)
         width = ngf * 2 ** (n - 1)
         layers: list[nn.Module] = [
-            nn.ConvTranspose2d(latent_dim, width, 4, 1, 0, bias=False),
+            nn.ConvTranspose2d(latent_dim, width, dcgan_start(*image_size), 1, 0, bias=False),
             nn.BatchNorm2d(width),
             nn.ReLU(True),
         ]
@@ -43,16 +48,16 @@ class DcganGenerator(nn.Module):
 
 
 class DcganTrunk(nn.Module):
-    """Discriminator body: image -> (width, 4, 4) features."""
+    """Discriminator body: image -> (width, *dcgan_start) features ((width, 4, 4) square)."""
 
-    def __init__(self, channels: int, image_size: int, ndf: int) -> None:
+    def __init__(self, channels: int, image_size: HW, ndf: int) -> None:
         super().__init__()
         layers: list[nn.Module] = [
             nn.Conv2d(channels, ndf, 4, 2, 1, bias=False),
             nn.LeakyReLU(0.2, True),
         ]
         width = ndf
-        for _ in range(conv_levels(image_size) - 1):
+        for _ in range(dcgan_stages(*image_size) - 1):
             layers += [
                 nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
                 nn.BatchNorm2d(width * 2),
@@ -61,16 +66,17 @@ class DcganTrunk(nn.Module):
             width *= 2
         self.net = nn.Sequential(*layers)
         self.width = width
+        self.grid = dcgan_start(*image_size)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
 
 class DcganDiscriminator(nn.Module):
-    def __init__(self, channels: int, image_size: int, ndf: int) -> None:
+    def __init__(self, channels: int, image_size: HW, ndf: int) -> None:
         super().__init__()
         self.trunk = DcganTrunk(channels, image_size, ndf)
-        self.head = nn.Conv2d(self.trunk.width, 1, 4, 1, 0, bias=False)
+        self.head = nn.Conv2d(self.trunk.width, 1, self.trunk.grid, 1, 0, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.trunk(x)).view(-1)
@@ -100,7 +106,7 @@ class UnconditionalTask(GanTask):
         return bce_logits(d(fake), 1.0)
 
 
-def build_dcgan(options: dict[str, Any], channels: int, image_size: int) -> UnconditionalTask:
+def build_dcgan(options: dict[str, Any], channels: int, image_size: HW) -> UnconditionalTask:
     o = settings("dcgan", options)
     g = DcganGenerator(o["latentDim"], channels, image_size, o["ngf"])
     d = DcganDiscriminator(channels, image_size, o["ndf"])

@@ -7,10 +7,10 @@ parameter counts of the reference implementation: 54,414,019 + 2,769,601 (about 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
+from kubegan_api.image_frame import unet_levels
 from torch import Tensor, nn
 
 from kubegan_trainer.backends.torch.models.task import Batch, GanTask, bce_logits, dcgan_init
@@ -64,9 +64,11 @@ class UnetLevel(nn.Module):
 
 
 class UnetGenerator(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int, image_size: int, ngf: int) -> None:
+    def __init__(
+        self, in_channels: int, out_channels: int, image_size: tuple[int, int], ngf: int
+    ) -> None:
         super().__init__()
-        levels = int(math.log2(image_size))  # down to 1x1
+        levels = unet_levels(*image_size)  # down to 1x1 for a square power of two
         width = [ngf * min(2**i, 8) for i in range(levels)]  # inner width of level i
         block: nn.Module | None = None
         for i in reversed(range(1, levels)):
@@ -132,7 +134,9 @@ class Pix2PixTask(GanTask):
         return adv + self.lambda_l1 * l1
 
 
-def build_pix2pix(options: dict[str, Any], channels: int, image_size: int) -> Pix2PixTask:
+def build_pix2pix(
+    options: dict[str, Any], channels: int, image_size: tuple[int, int]
+) -> Pix2PixTask:
     o = settings("pix2pix", options)
     g = UnetGenerator(channels, channels, image_size, o["ngf"])
     d = PatchDiscriminator(channels * 2, o["ndf"], o["nLayersD"])
