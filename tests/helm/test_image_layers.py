@@ -19,20 +19,25 @@ TARGETS = {
 def test_dependencies_first_code_last() -> None:
     st = stages()
     for target, deps in TARGETS.items():
+        # The target is its dependency stage with the package copied on top, last.
+        assert st[target][0] == f"FROM {deps} AS {target}", target
         copies = [i for i in st[target] if i.startswith("COPY ")]
-        assert copies == [
-            f"COPY --from={deps} /opt/venv /opt/venv",
-            "COPY --from=package /pkg/opt/venv /opt/venv",
-        ], target
-        # A dependency stage sees one locked list, never the source tree: editing code or
-        # pyproject.toml leaves its layer cached.
-        deps_copies = [i for i in st[deps] if i.startswith("COPY ")]
-        assert len(deps_copies) == 1 and deps_copies[0].startswith("COPY --from=requirements /req/")
+        assert copies == ["COPY --from=package /pkg/opt/venv /opt/venv"], target
+        # A dependency stage sees one locked list (bind-mounted from `requirements`), never the
+        # source tree: editing code or pyproject.toml leaves its layer cached.
+        assert not any(i.startswith("COPY ") for i in st[deps]), deps
+        (install,) = [i for i in st[deps] if i.startswith("RUN ")]
+        lists = re.findall(r"--mount=type=bind,from=(\w+),source=(\S+?),", install)
+        assert [(src, path.startswith("/req/")) for src, path in lists] == [
+            ("requirements", True),
+            ("uv", False),
+        ], install
 
 
 def test_tpu_image_installs_the_tpu_lock() -> None:
     st = stages()
-    assert "COPY --from=requirements /req/tpu.txt /req/requirements.txt" in st["deps-tf-tpu"]
+    (install,) = [i for i in st["deps-tf-tpu"] if i.startswith("RUN ")]
+    assert "--mount=type=bind,from=requirements,source=/req/tpu.txt," in install
     pins = (ROOT / "requirements" / "tpu.txt").read_text()
     names = set(re.findall(r"^([A-Za-z0-9_.-]+)==", pins, re.M))
     assert {"tensorflow-tpu", "libtpu"} <= names
