@@ -18,9 +18,12 @@ NAME = "frozen"
 def job(**spec: Any) -> dict[str, Any]:
     body = load_example("digits-local.yaml")
     body["metadata"] = {"name": NAME}
-    # Never placed: a CPU job asking for a node selector no node has, so the operator (if the
-    # session's is running) leaves it Pending and writes no startTime of its own.
+    # Never started by the session's operator (if it runs): suspended, so it stops at the
+    # `suspended` step, before `record_start` writes a startTime (a job that merely cannot be
+    # placed still gets one, which made the before-start test race the operator); and never
+    # placed either (a node selector no node has).
     body["spec"]["placement"] = {"nodeSelector": {"kubegan.io/test": "nowhere"}}
+    body["spec"].setdefault("runPolicy", {})["suspend"] = True
     body["spec"].update(spec)
     return body
 
@@ -80,10 +83,10 @@ def test_a_started_job_still_takes_suspend_deadlines_and_cost(
     cluster.apply(job(), namespace=namespace)
     mark_started(cluster, namespace)
     changes = {
-        "runPolicy": {"suspend": True, "activeDeadlineSeconds": 3600},
+        "runPolicy": {"suspend": False, "activeDeadlineSeconds": 3600},
         "cost": {"acceleratorHourlyPrice": 1.5},
     }
     result = patch(cluster, namespace, changes)
     assert result.returncode == 0, result.stderr
     spec = cluster.get("ganjob", NAME, namespace)["spec"]
-    assert spec["runPolicy"]["suspend"] is True and spec["cost"]["acceleratorHourlyPrice"] == 1.5
+    assert spec["runPolicy"]["suspend"] is False and spec["cost"]["acceleratorHourlyPrice"] == 1.5

@@ -6,14 +6,18 @@ moto runs on this machine, bound to the site's bridge address (the host's addres
 real nodes' network, which their pods reach as they reach CoreDNS there); the job names it as
 `spec.checkpoint.endpoint` and its keys as a Secret (`spec.checkpoint.credentialsSecret`). The
 workers mount no claim at all: their checkpoint folder is an emptyDir, so the new gang after
-the reclaim (one worker on a brand-new node) can only resume from the bucket.
+the reclaim (one worker on a brand-new node) can only resume from the bucket; the run's
+artifacts (samples, metrics, TensorBoard, logs, the export) end in the bucket too.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import obstore
 import pytest
 from kubegan_api.reserved import CHECKPOINT_VOLUME
 from kubegan_trainer.storage import objstore
@@ -121,3 +125,43 @@ def test_spot_reclaim_with_checkpoints_in_a_bucket_resumes_exactly(
 
     ran = real_cluster.claim_dir(CHECKPOINT_CLAIM, JOBS_NS) / "digits-torch"
     assert_bitwise_equal(job.final_state(epochs), final_weights(ran, epochs))
+    assert_artifacts_in_the_bucket(s3, uri, epochs, job.status())
+
+
+def bucket_objects(server: S3Server, uri: str) -> dict[str, bytes]:
+    """Every object under `uri` (keys relative to it) with its bytes."""
+    where = objstore.parse_uri(uri, "checkpoint.uri")
+    store = S3Store(
+        where.bucket,
+        prefix=where.prefix,
+        endpoint=server.endpoint,
+        access_key_id=TEST_KEY_ID,
+        secret_access_key=TEST_SECRET,
+        region=REGION,
+        client_options={"allow_http": True},
+    )
+    keys = [m["path"] for batch in obstore.list(store) for m in batch]
+    return {k: bytes(obstore.get(store, k).bytes()) for k in keys}
+
+
+def assert_artifacts_in_the_bucket(
+    server: S3Server, uri: str, epochs: int, status: dict[str, Any]
+) -> None:
+    """What the researcher keeps outlived both gangs (the reclaimed one's emptyDirs are gone):
+    each epoch's sample grid and metrics row once, TensorBoard events, rank 0's log of each
+    process start, the exported generator; the status says where the newest grid is."""
+    objects = bucket_objects(server, uri)
+    want = list(range(1, epochs + 1))
+    grids = sorted(k for k in objects if k.startswith("samples/"))
+    assert grids == [f"samples/epoch-{e:04d}.png" for e in want], sorted(objects)
+    assert all(objects[g].startswith(b"\x89PNG") for g in grids)
+    rows = [json.loads(line) for line in objects["metrics.jsonl"].decode().splitlines()]
+    assert [r["epoch"] for r in rows] == want, rows
+    assert any(k.startswith("tensorboard/") for k in objects), sorted(objects)
+    logs = [k for k in objects if k.startswith("logs/")]
+    assert len(logs) >= 2, logs  # the gang before the reclaim and the one after it
+    assert any(k.startswith("export/") for k in objects), sorted(objects)
+    artifacts = status.get("artifacts", {})
+    assert artifacts.get("uri") == uri, artifacts
+    assert artifacts.get("latestSamples") == f"{uri}/samples/epoch-{epochs:04d}.png", artifacts
+    assert condition_true(status, "ArtifactsPersistent"), status["conditions"]
