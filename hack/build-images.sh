@@ -3,7 +3,8 @@
 # without Docker or a registry, into one OCI image layout directory that
 # hack/load-images.sh imports into the nodes' containerd (`ctr images import`).
 #
-#   hack/build-images.sh [TARGET...]     default: operator trainer-torch trainer-tf trainer-tf-tpu
+#   hack/build-images.sh [TARGET...]     default: operator trainer-torch trainer-tf trainer-tf-tpu,
+#                                        and tiny-gan (not with KUBEGAN_IMAGE_PUSH=1)
 #
 # Steps: Debian's runc and mmdebstrap (hack/install-debian-packages.sh); buildkitd/buildctl
 # (hack/build-buildkit.sh, cached by version); the Python base image (hack/make-python-base.sh,
@@ -15,6 +16,9 @@
 # Images (name:tag), all in the OCI layout $KUBEGAN_IMAGE_CACHE/oci/ (index.json names them):
 #   kubegan.local/operator:dev  kubegan.local/trainer-torch:dev  kubegan.local/trainer-tf:dev
 #   kubegan.local/trainer-tf-tpu:dev
+# and the example of docs/custom-models.md, local only (the release pushes the four above):
+#   kubegan.local/tiny-gan:dev   examples/models/Dockerfile FROM the trainer-torch:dev just
+#                                built (a named context on the layout): one small layer more
 # A layout directory rather than tar files: an export after a code change writes only the new
 # small layer (sending a 3.4 GB tar took 90 s here); blobs no image uses any more are deleted.
 # `hack/load-images.sh --tar TARGET` writes one image as an OCI archive on stdout.
@@ -74,6 +78,10 @@ DIGESTS="${KUBEGAN_IMAGE_DIGESTS:-}"
 PLATFORM="${KUBEGAN_IMAGE_PLATFORM:-linux/amd64}"
 PYTHON_IMAGE="${KUBEGAN_PYTHON_IMAGE:-}"
 ALL_TARGETS=(operator trainer-torch trainer-tf trainer-tf-tpu)
+# Images built FROM one of the above with their own Dockerfile (name -> its directory), after
+# it; local only: they show that a derived image works, they are not released.
+declare -A EXAMPLE_DIRS=([tiny-gan]=examples/models)
+declare -A EXAMPLE_BASE=([tiny-gan]=trainer-torch)
 BASE_NAME=kubegan.local/python-base:3.11-bookworm   # = IMAGE_NAME in make-python-base.sh
 # The socket lives under /run (a path under a long $HOME could pass the 108-byte limit), named
 # after the state dir so that two state dirs never share one.
@@ -85,9 +93,14 @@ die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
 human() { numfmt --to=iec --suffix=B --format='%.1f' "$1"; }
 
 targets=("$@")
-((${#targets[@]})) || targets=("${ALL_TARGETS[@]}")
+if ((${#targets[@]} == 0)); then
+  targets=("${ALL_TARGETS[@]}")
+  [[ "$PUSH" == 1 ]] || targets+=("${!EXAMPLE_DIRS[@]}")
+fi
 for t in "${targets[@]}"; do
-  [[ " ${ALL_TARGETS[*]} " == *" $t "* ]] || die "unknown target '$t' (one of: ${ALL_TARGETS[*]})"
+  [[ " ${ALL_TARGETS[*]} ${!EXAMPLE_DIRS[*]} " == *" $t "* ]] \
+    || die "unknown target '$t' (one of: ${ALL_TARGETS[*]} ${!EXAMPLE_DIRS[*]})"
+  [[ -z "${EXAMPLE_DIRS[$t]:-}" || "$PUSH" != 1 ]] || die "$t is a local example image: not pushed"
 done
 case "$PUSH" in 0|1) ;; *) die "KUBEGAN_IMAGE_PUSH=$PUSH: 0 or 1" ;; esac
 case "$ATTEST" in 0|1) ;; *) die "KUBEGAN_IMAGE_ATTEST=$ATTEST: 0 or 1" ;; esac
@@ -216,6 +229,25 @@ SECRETS=(--secret "id=ca-certificates.crt,src=$CA_BUNDLE" --secret "id=pip.conf,
 ATTEST_ARGS=()
 [[ "$ATTEST" != 1 ]] || ATTEST_ARGS=(--opt attest:sbom= --opt attest:provenance=mode=max)
 [[ -z "$DIGESTS" ]] || : >"$DIGESTS"
+# The build's inputs: the repo's Dockerfile and target, or an example's directory FROM the image
+# of EXAMPLE_BASE as built here (a named context on the layout: no registry involved).
+source_args() {  # source_args <target>: sets SRC_ARGS
+  local target="$1" dir base digest
+  dir="${EXAMPLE_DIRS[$target]:-}"
+  if [[ -z "$dir" ]]; then
+    SRC_ARGS=(--local context="$REPO_ROOT" --local dockerfile="$REPO_ROOT" --opt target="$target"
+              --opt build-arg:TF_EXTRA="$TF_EXTRA" "${BASE_ARGS[@]}")
+    return
+  fi
+  base="$REPO/${EXAMPLE_BASE[$target]}:$TAG"
+  digest="$(jq -r --arg n "$base" \
+            '.manifests[] | select(.annotations["io.containerd.image.name"] == $n) | .digest' \
+            "$LAYOUT/index.json" 2>/dev/null || true)"
+  [[ "$digest" == sha256:* ]] || die "$target is built FROM $base, which is not in $LAYOUT: build ${EXAMPLE_BASE[$target]} first"
+  SRC_ARGS=(--local context="$REPO_ROOT/$dir" --local dockerfile="$REPO_ROOT/$dir"
+            --opt build-arg:TRAINER_IMAGE="$base"
+            --opt "context:$base=oci-layout://base@$digest" --oci-layout "base=$LAYOUT")
+}
 declare -A BUILD_S
 for target in "${targets[@]}"; do
   name="$REPO/$target:$TAG"
@@ -228,12 +260,12 @@ for target in "${targets[@]}"; do
   log "$target: building $name (log $blog)"
   t=$SECONDS
   flock 7
+  source_args "$target"
   # cmdline: tells the built-in Dockerfile frontend not to fetch the `# syntax=` image (no
   # registry here); it understands everything the Dockerfile uses.
   if ! "$BUILDCTL" --addr "unix://$SOCK" build --progress=plain \
-      --frontend dockerfile.v0 --local context="$REPO_ROOT" --local dockerfile="$REPO_ROOT" \
-      --opt cmdline=dockerfile.v0 --opt target="$target" --opt platform="$PLATFORM" \
-      --opt build-arg:TF_EXTRA="$TF_EXTRA" "${BASE_ARGS[@]}" "${ATTEST_ARGS[@]}" \
+      --frontend dockerfile.v0 "${SRC_ARGS[@]}" \
+      --opt cmdline=dockerfile.v0 --opt platform="$PLATFORM" "${ATTEST_ARGS[@]}" \
       "${SECRETS[@]}" \
       --output "$OUTPUT" \
       --metadata-file "$IMAGES/logs/metadata-$target.json" >"$blog" 2>&1; then
@@ -303,7 +335,7 @@ layer_bytes() {  # layer_bytes <layer-digest> <media-type>
 }
 {
   printf '%-34s %10s %12s %6s  %s\n' IMAGE COMPRESSED UNCOMPRESSED LAYERS MANIFEST
-  for target in "${ALL_TARGETS[@]}"; do
+  for target in "${ALL_TARGETS[@]}" "${!EXAMPLE_DIRS[@]}"; do
     name="$REPO/$target:$TAG"
     manifest="$(jq -r --arg n "$name" \
                 '.manifests[] | select(.annotations["io.containerd.image.name"] == $n) | .digest' \

@@ -4,7 +4,8 @@
 # imagePullPolicy: Never (or IfNotPresent) find them. No registry involved.
 #
 #   hack/load-images.sh [TARGET...]      default: every image in the layout but trainer-tf-tpu
-#                                        (no local node has a TPU; name it to load it)
+#                                        (no local node has a TPU; name it to load it); the
+#                                        example tiny-gan (FROM trainer-torch) adds one layer
 #   hack/load-images.sh --tar TARGET     write that image as an OCI archive to stdout
 #                                        (for `ctr images import`, `skopeo`, ...)
 #
@@ -31,8 +32,8 @@ IMAGES="${KUBEGAN_IMAGE_CACHE:-$HOME/.cache/kubegan/images}"
 LAYOUT="$IMAGES/oci"
 REPO="${KUBEGAN_IMAGE_REPO:-kubegan.local}"
 TAG="${KUBEGAN_IMAGE_TAG:-dev}"
-ALL_TARGETS=(operator trainer-torch trainer-tf trainer-tf-tpu)
-DEFAULT_TARGETS=(operator trainer-torch trainer-tf)
+ALL_TARGETS=(operator trainer-torch trainer-tf trainer-tf-tpu tiny-gan)
+DEFAULT_TARGETS=(operator trainer-torch trainer-tf tiny-gan)
 
 log() { printf '[load-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[load-images] ERROR: %s\n' "$*" >&2; exit 1; }

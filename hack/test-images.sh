@@ -8,6 +8,8 @@
 #   hack/test-images.sh [TARGET...]     default: every archive present
 #
 # Checks: the image's own two layers hold /opt/venv only; operator `kubegan --help`; trainer-torch `import kubegan_trainer, torch`;
+# tiny-gan (examples/models/Dockerfile FROM trainer-torch) is trainer-torch's layers plus one
+# small one, and imports the example package's distribution with no pip left;
 # trainer-tf `import kubegan_trainer, tensorflow`; each also prints `id -u`. trainer-tf-tpu
 # imports TensorFlow, then runs the trainer's command as a TPU slice's worker: with no TPU here
 # it must exit 2 with one line saying no TPU was found (not a traceback).
@@ -22,7 +24,7 @@ IMAGES="${KUBEGAN_IMAGE_CACHE:-$HOME/.cache/kubegan/images}"
 DIR="${KUBEGAN_IMAGE_TEST_DIR:-/tmp/kg-img-test}"
 SOCK="$DIR/containerd.sock"
 CGROUP_PARENT="kg-img-test"            # /sys/fs/cgroup/<controller>/kg-img-test/<container>
-ALL_TARGETS=(operator trainer-torch trainer-tf trainer-tf-tpu)
+ALL_TARGETS=(operator trainer-torch trainer-tf trainer-tf-tpu tiny-gan)
 
 log() { printf '[test-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[test-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -103,6 +105,27 @@ check_layers() {  # check_layers <target>
 }
 for target in "${targets[@]}"; do check_layers "$target"; done
 
+# A derived image (docs/custom-models.md) adds one layer, small, to its base's: the package,
+# with pip gone again in the same step.
+manifest_of() {  # manifest_of <target>: its manifest file in the layout
+  local m
+  m="$(jq -r --arg n "$REPO/$1:$TAG" \
+       '.manifests[] | select(.annotations["io.containerd.image.name"] == $n) | .digest' \
+       "$IMAGES/oci/index.json")"
+  [[ -n "$m" ]] || die "$REPO/$1:$TAG is not in $IMAGES/oci"
+  echo "$IMAGES/oci/blobs/sha256/${m#sha256:}"
+}
+check_derived() {  # check_derived <target> <base target> <max bytes of its one layer, compressed>
+  local derived base size
+  derived="$(manifest_of "$1")"; base="$(manifest_of "$2")"
+  [[ "$(jq -c '.layers[:-1] | map(.digest)' "$derived")" == "$(jq -c '.layers | map(.digest)' "$base")" ]] \
+    || die "$1: its layers are not $2's plus one (built FROM an older $2? rebuild both)"
+  size="$(jq '.layers[-1].size' "$derived")"
+  ((size <= $3)) || die "$1: its own layer is $size bytes compressed, over $3"
+  log "$1: $2's layers plus one of $size bytes"
+}
+[[ " ${targets[*]} " != *" tiny-gan "* ]] || check_derived tiny-gan trainer-torch $((8 * 1024 * 1024))
+
 # Each check runs as the image's USER (ctr applies the image config), read-only rootfs, no
 # network, HOME=/tmp as in the image; a tmpfs on /tmp like the pods' emptyDir.
 run_check() {  # run_check <target> <expected uid> <command...>
@@ -146,6 +169,8 @@ for target in "${targets[@]}"; do
     operator) run_check operator 65532 kubegan --help ;;
     trainer-torch) run_check trainer-torch 1000 python -c \
       'import kubegan_trainer, torch; print("torch", torch.__version__, "cuda build", torch.version.cuda)' ;;
+    tiny-gan) run_check tiny-gan 1000 python -c \
+      'import importlib.metadata as m, importlib.util as u, kubegan_examples.tiny_gan; assert u.find_spec("pip") is None, "pip is left in the image"; print("kubegan-examples", m.version("kubegan-examples"))' ;;
     trainer-tf) run_check trainer-tf 1000 python -c \
       'import kubegan_trainer, tensorflow as tf; print("tensorflow", tf.__version__)' ;;
     # tensorflow-tpu starts libtpu at import, which without a TPU retries its lookups for
