@@ -71,6 +71,15 @@ CROP_RULES = (
 )
 
 
+def hw(size: int | tuple[int, int]) -> tuple[int, int]:
+    """(height, width) of a network's image size: an int is a square (the size every network
+    took before rectangles, which code building the networks directly still passes)."""
+    if isinstance(size, int):
+        return size, size
+    height, width = size
+    return int(height), int(width)
+
+
 def _halvings(n: int) -> int:
     return (n & -n).bit_length() - 1  # times n halves and stays whole
 

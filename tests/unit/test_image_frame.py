@@ -95,3 +95,13 @@ def test_rectangular_shapes_the_models_can_build_are_accepted() -> None:
 def test_combinations_the_models_cannot_build_are_refused(patch: dict, line: str) -> None:
     found = problems(**patch)
     assert len(found) == 1 and found[0].startswith(line), found
+
+
+def test_a_square_size_may_still_be_one_int() -> None:
+    """Code that builds the networks directly (tests, user models reusing kubegan's) passes
+    the square size every network took before rectangles."""
+    from kubegan_api.image_frame import dcgan_stages, hw, unet_levels
+
+    assert hw(32) == (32, 32) and hw((24, 40)) == (24, 40)
+    assert dcgan_stages(*hw(64)) == dcgan_stages(64, 64)
+    assert unet_levels(*hw(256)) == 8

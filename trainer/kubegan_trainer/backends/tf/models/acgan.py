@@ -8,6 +8,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 from keras import layers
+from kubegan_api.image_frame import hw
 
 from kubegan_trainer.backends.tf.models.dcgan import generator_body, trunk
 from kubegan_trainer.backends.tf.models.task import (
@@ -57,7 +58,7 @@ class AcganTask(GanTask):
 
 
 def build_acgan(
-    options: dict[str, Any], channels: int, image_size: tuple[int, int], num_classes: int
+    options: dict[str, Any], channels: int, image_size: tuple[int, int] | int, num_classes: int
 ) -> AcganTask:
     require_labels(num_classes)
     o = settings("acgan", options)
@@ -70,7 +71,7 @@ def build_acgan(
         generator_body(layers.Multiply()([z, emb]), channels, image_size, o["ngf"]),
         name="generator",
     )
-    image = keras.Input((*image_size, channels))
+    image = keras.Input((*hw(image_size), channels))
     h = trunk(image, image_size, o["ndf"])
     adv = layers.Dense(1, dtype="float32", kernel_initializer=normal_init())(h)
     cls = layers.Dense(num_classes, dtype="float32", kernel_initializer=normal_init())(h)

@@ -7,7 +7,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 from keras import layers
-from kubegan_api.image_frame import dcgan_stages, dcgan_start
+from kubegan_api.image_frame import dcgan_stages, dcgan_start, hw
 
 from kubegan_trainer.backends.tf.models.task import (
     Batch,
@@ -22,11 +22,11 @@ HW = tuple[int, int]  # (height, width): kubegan_api.image_frame
 
 
 def generator_body(
-    latent: keras.KerasTensor, channels: int, image_size: HW, ngf: int
+    latent: keras.KerasTensor, channels: int, image_size: HW | int, ngf: int
 ) -> keras.KerasTensor:
-    n = dcgan_stages(*image_size)
+    n = dcgan_stages(*hw(image_size))
     width = ngf * 2 ** (n - 1)
-    h0, w0 = dcgan_start(*image_size)
+    h0, w0 = dcgan_start(*hw(image_size))
     x = layers.Dense(h0 * w0 * width, use_bias=False, kernel_initializer=normal_init())(latent)
     x = layers.Reshape((h0, w0, width))(x)
     x = layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
@@ -45,13 +45,13 @@ def generator_body(
     return layers.Activation("tanh", dtype="float32")(x)
 
 
-def trunk(image: keras.KerasTensor, image_size: HW, ndf: int) -> keras.KerasTensor:
+def trunk(image: keras.KerasTensor, image_size: HW | int, ndf: int) -> keras.KerasTensor:
     x = layers.Conv2D(ndf, 4, 2, padding="same", use_bias=False, kernel_initializer=normal_init())(
         image
     )
     x = layers.LeakyReLU(0.2)(x)
     width = ndf
-    for _ in range(dcgan_stages(*image_size) - 1):
+    for _ in range(dcgan_stages(*hw(image_size)) - 1):
         width *= 2
         x = layers.Conv2D(
             width, 4, 2, padding="same", use_bias=False, kernel_initializer=normal_init()
@@ -88,11 +88,11 @@ class UnconditionalTask(GanTask):
         return bce_logits(self.discriminator(fake, training=True), 1.0)
 
 
-def build_dcgan(options: dict[str, Any], channels: int, image_size: HW) -> UnconditionalTask:
+def build_dcgan(options: dict[str, Any], channels: int, image_size: HW | int) -> UnconditionalTask:
     o = settings("dcgan", options)
     z = keras.Input((o["latentDim"],))
     g = keras.Model(z, generator_body(z, channels, image_size, o["ngf"]), name="generator")
-    image = keras.Input((*image_size, channels))
+    image = keras.Input((*hw(image_size), channels))
     logit = layers.Dense(1, dtype="float32", kernel_initializer=normal_init())(
         trunk(image, image_size, o["ndf"])
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kubegan_api.image_frame import dcgan_stages, dcgan_start
+from kubegan_api.image_frame import dcgan_stages, dcgan_start, hw
 from torch import Tensor, nn
 
 from kubegan_trainer.backends.torch.models.task import (
@@ -23,13 +23,13 @@ HW = tuple[int, int]
 
 
 class DcganGenerator(nn.Module):
-    def __init__(self, latent_dim: int, channels: int, image_size: HW, ngf: int) -> None:
+    def __init__(self, latent_dim: int, channels: int, image_size: HW | int, ngf: int) -> None:
         super().__init__()
         self.latent_dim = latent_dim
-        n = dcgan_stages(*image_size)
+        n = dcgan_stages(*hw(image_size))
         width = ngf * 2 ** (n - 1)
         layers: list[nn.Module] = [
-            nn.ConvTranspose2d(latent_dim, width, dcgan_start(*image_size), 1, 0, bias=False),
+            nn.ConvTranspose2d(latent_dim, width, dcgan_start(*hw(image_size)), 1, 0, bias=False),
             nn.BatchNorm2d(width),
             nn.ReLU(True),
         ]
@@ -50,14 +50,14 @@ class DcganGenerator(nn.Module):
 class DcganTrunk(nn.Module):
     """Discriminator body: image -> (width, *dcgan_start) features ((width, 4, 4) square)."""
 
-    def __init__(self, channels: int, image_size: HW, ndf: int) -> None:
+    def __init__(self, channels: int, image_size: HW | int, ndf: int) -> None:
         super().__init__()
         layers: list[nn.Module] = [
             nn.Conv2d(channels, ndf, 4, 2, 1, bias=False),
             nn.LeakyReLU(0.2, True),
         ]
         width = ndf
-        for _ in range(dcgan_stages(*image_size) - 1):
+        for _ in range(dcgan_stages(*hw(image_size)) - 1):
             layers += [
                 nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
                 nn.BatchNorm2d(width * 2),
@@ -66,14 +66,14 @@ class DcganTrunk(nn.Module):
             width *= 2
         self.net = nn.Sequential(*layers)
         self.width = width
-        self.grid = dcgan_start(*image_size)
+        self.grid = dcgan_start(*hw(image_size))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
 
 class DcganDiscriminator(nn.Module):
-    def __init__(self, channels: int, image_size: HW, ndf: int) -> None:
+    def __init__(self, channels: int, image_size: HW | int, ndf: int) -> None:
         super().__init__()
         self.trunk = DcganTrunk(channels, image_size, ndf)
         self.head = nn.Conv2d(self.trunk.width, 1, self.trunk.grid, 1, 0, bias=False)
@@ -106,7 +106,7 @@ class UnconditionalTask(GanTask):
         return bce_logits(d(fake), 1.0)
 
 
-def build_dcgan(options: dict[str, Any], channels: int, image_size: HW) -> UnconditionalTask:
+def build_dcgan(options: dict[str, Any], channels: int, image_size: HW | int) -> UnconditionalTask:
     o = settings("dcgan", options)
     g = DcganGenerator(o["latentDim"], channels, image_size, o["ngf"])
     d = DcganDiscriminator(channels, image_size, o["ndf"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kubegan_api.image_frame import unet_levels
+from kubegan_api.image_frame import hw, unet_levels
 from torch import Tensor, nn
 
 from kubegan_trainer.backends.torch.models.task import Batch, GanTask, bce_logits, dcgan_init
@@ -65,10 +65,10 @@ class UnetLevel(nn.Module):
 
 class UnetGenerator(nn.Module):
     def __init__(
-        self, in_channels: int, out_channels: int, image_size: tuple[int, int], ngf: int
+        self, in_channels: int, out_channels: int, image_size: tuple[int, int] | int, ngf: int
     ) -> None:
         super().__init__()
-        levels = unet_levels(*image_size)  # down to 1x1 for a square power of two
+        levels = unet_levels(*hw(image_size))  # down to 1x1 for a square power of two
         width = [ngf * min(2**i, 8) for i in range(levels)]  # inner width of level i
         block: nn.Module | None = None
         for i in reversed(range(1, levels)):
@@ -135,7 +135,7 @@ class Pix2PixTask(GanTask):
 
 
 def build_pix2pix(
-    options: dict[str, Any], channels: int, image_size: tuple[int, int]
+    options: dict[str, Any], channels: int, image_size: tuple[int, int] | int
 ) -> Pix2PixTask:
     o = settings("pix2pix", options)
     g = UnetGenerator(channels, channels, image_size, o["ngf"])
