@@ -107,6 +107,9 @@ class Run:
     worker_uids: set[str] = field(default_factory=set)
     most_pods: int = 0
     claims: set[str] = field(default_factory=set)  # every claim a worker pod ever mounted
+    # pod name -> (node, image, imageID) as last seen running: a finished job's pods may be
+    # cleaned up before a test reads them.
+    containers: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
 
 def pod_claims(pod: dict[str, Any]) -> set[str]:
@@ -165,6 +168,13 @@ class Job:
         self.run.worker_uids |= {p["metadata"]["uid"] for p in pods}
         for p in pods:
             self.run.claims |= pod_claims(p)
+            statuses = (p.get("status") or {}).get("containerStatuses") or [{}]
+            if statuses[0].get("imageID"):
+                self.run.containers[p["metadata"]["name"]] = (
+                    p["spec"].get("nodeName", ""),
+                    p["spec"]["containers"][0]["image"],
+                    statuses[0]["imageID"],
+                )
         return st
 
     def wait(self, what: str, check: Callable[[dict[str, Any]], Any], timeout: float) -> Any:
