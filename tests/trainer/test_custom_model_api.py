@@ -10,13 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import yaml
-from kubegan_api.contract import EXIT_INTERRUPTED, EXIT_USER_ERROR
+from kubegan_api.contract import EXIT_USER_ERROR
 from kubegan_trainer.backends.torch.models.custom import build_custom
 from kubegan_trainer.base.errors import TrainerError
 
-from tests.trainer.util import EVERY_TRAINING_OPTION, REPO, config, run_workers
+from tests.trainer.util import (
+    EVERY_TRAINING_OPTION,
+    REPO,
+    assert_states_equal,
+    config,
+    run_workers,
+    straight_and_resumed,
+)
 
 GUIDE_MODEL = "kubegan_examples.tiny_gan:build"
 TINY = {"imageSize": 8, "latentDim": 8}
@@ -25,38 +31,16 @@ OPTIONS = {**EVERY_TRAINING_OPTION, "batchSizePerReplica": 4}
 assert OPTIONS["generator"]["schedule"] == "cosine"
 
 
-def _equal(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            if k != "elapsed":  # wall time
-                _equal(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _equal(x, y, f"{where}[{i}]")
-    elif torch.is_tensor(a):
-        assert torch.equal(a, b), where
-    else:
-        assert a == b, where
-
-
 @pytest.mark.timeout(480)
 def test_the_guides_model_trains_with_every_option_and_resumes_bitwise(tmp_path: Path) -> None:
     cfg = config(
         "custom", entrypoint=GUIDE_MODEL, options=TINY, epochs=2, stepsPerEpoch=3, **OPTIONS
     )
-    straight = run_workers(cfg, tmp_path / "straight", workers=2)
-    assert straight.codes == [0, 0], "\n".join(straight.logs)
-    part = run_workers(cfg, tmp_path / "stopped", workers=2, sigterm_at="1:4")
-    assert part.codes == [EXIT_INTERRUPTED] * 2, "\n".join(part.logs)
-    resumed = run_workers(cfg, tmp_path / "stopped", workers=2)
-    assert resumed.codes == [0, 0], "\n".join(resumed.logs)
-    assert "resumed from epoch 1, step 1" in resumed.logs[0]
+    straight, resumed = straight_and_resumed(cfg, tmp_path)
     a, b = straight.checkpoint_state(), resumed.checkpoint_state()
     assert "generator_ema" in a and "augment_rng" in a["ranks"][1]
     assert a["training_options"]["r1_count"] == 6  # one real-data D update a step
-    _equal(a, b)
+    assert_states_equal(a, b)
     # The model's own quality score is measured each epoch, beside the digits' scores.
     lines = (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]

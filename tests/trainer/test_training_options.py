@@ -23,7 +23,13 @@ from kubegan_trainer.worker.phases import GAN3D, STANDARD
 from torch import nn
 
 from tests.trainer.util import EVERY_TRAINING_OPTION as OPTIONS
-from tests.trainer.util import config, run_workers, single_rank_trainer
+from tests.trainer.util import (
+    assert_states_equal,
+    config,
+    run_workers,
+    single_rank_trainer,
+    straight_and_resumed,
+)
 
 TINY = {"imageSize": 8, "ngf": 4, "ndf": 4, "latentDim": 8}
 
@@ -192,23 +198,6 @@ def _run(cfg: Any, out: Path, stop_at: int | None = None) -> tuple[int, dict[str
     return code, torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
 
 
-def _assert_equal(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            _assert_equal(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_equal(x, y, f"{where}[{i}]")
-    elif torch.is_tensor(a):
-        assert torch.equal(a, b), where
-    elif where.endswith("elapsed"):
-        return  # wall time
-    else:
-        assert a == b, where
-
-
 NO_AUGMENT = {k: v for k, v in OPTIONS.items() if k != "augment"}
 
 
@@ -223,7 +212,7 @@ def _assert_export_is_the_average(out: Path) -> None:
         name = f.metadata()["checkpoint"]
     exported = load_file(path)
     state = torch.load(out / "checkpoints" / name / "state.pt", weights_only=True)
-    _assert_equal(exported, dict(state["generator_ema"]))
+    assert_states_equal(exported, dict(state["generator_ema"]))
     assert any(not torch.equal(exported[k], state["generator"][k]) for k in exported)
 
 
@@ -267,7 +256,7 @@ def test_every_option_resumes_bitwise(
     assert code == 0
     assert ("augment_rng" in resumed["ranks"][0]) == ("augment" in training)
     assert "generator_ema" in resumed
-    _assert_equal(straight, resumed)
+    assert_states_equal(straight, resumed)
     metrics = [
         [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
         for run in ("straight", "stopped")
@@ -282,16 +271,10 @@ def test_two_workers_with_every_option_resume_bitwise(tmp_path: Path) -> None:
     """DDP: R1's second derivative and the augmented D through each rank's reducer; worker 1
     alone is signalled, as in test_resume.py."""
     cfg = config("dcgan", options=TINY, epochs=2, stepsPerEpoch=3, **OPTIONS)
-    straight = run_workers(cfg, tmp_path / "straight", workers=2)
-    assert straight.codes == [0, 0], "\n".join(straight.logs)
-    part = run_workers(cfg, tmp_path / "stopped", workers=2, sigterm_at="1:4")
-    assert part.codes == [EXIT_INTERRUPTED] * 2, "\n".join(part.logs)
-    resumed = run_workers(cfg, tmp_path / "stopped", workers=2)
-    assert resumed.codes == [0, 0], "\n".join(resumed.logs)
-    assert "resumed from epoch 1, step 1" in resumed.logs[0]
+    straight, resumed = straight_and_resumed(cfg, tmp_path)
     a, b = straight.checkpoint_state(), resumed.checkpoint_state()
     assert len(a["ranks"]) == 2 and "augment_rng" in a["ranks"][1]
-    _assert_equal(a, b)
+    assert_states_equal(a, b)
 
 
 @pytest.mark.timeout(600)

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from kubegan_api.contract import ENV_CHECKPOINT_DIR, ENV_CONFIG, ENV_METRICS_PORT, ENV_OUTPUT_DIR
+from kubegan_api.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CONFIG,
+    ENV_METRICS_PORT,
+    ENV_OUTPUT_DIR,
+    EXIT_INTERRUPTED,
+)
 from kubegan_api.sections import TrainerConfig
 
 from tests.trainer import hooked
@@ -155,3 +161,33 @@ EVERY_TRAINING_OPTION: dict[str, Any] = {
         "warmupSteps": 3,
     },
 }
+
+
+def straight_and_resumed(cfg: TrainerConfig, tmp: Path) -> tuple[RunResult, RunResult]:
+    """Two workers run `cfg` through; two more are stopped by rank 1's SIGTERM in global step
+    4 (epoch 1, step 1 with 3 steps an epoch) and resumed in the same folder."""
+    straight = run_workers(cfg, tmp / "straight", workers=2)
+    assert straight.codes == [0, 0], "\n".join(straight.logs)
+    part = run_workers(cfg, tmp / "stopped", workers=2, sigterm_at="1:4")
+    assert part.codes == [EXIT_INTERRUPTED] * 2, "\n".join(part.logs)
+    resumed = run_workers(cfg, tmp / "stopped", workers=2)
+    assert resumed.codes == [0, 0], "\n".join(resumed.logs)
+    assert "resumed from epoch 1, step 1" in resumed.logs[0]
+    return straight, resumed
+
+
+def assert_states_equal(a: Any, b: Any, where: str = "") -> None:
+    """Two checkpoint states (nested dicts, lists, tensors) are bitwise equal, but for the
+    wall time they record (`elapsed`)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_states_equal(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_states_equal(x, y, f"{where}[{i}]")
+    elif torch.is_tensor(a):
+        assert torch.equal(a, b), where
+    elif not where.endswith("elapsed"):
+        assert a == b, where
