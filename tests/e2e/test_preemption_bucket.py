@@ -69,8 +69,8 @@ def s3(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> I
         server.stop()
 
 
-def bucket_checkpoints(server: S3Server, uri: str) -> BucketCheckpoints:
-    """The checkpoints under `uri`, read by this test through the trainer's own code."""
+def bucket_store(server: S3Server, uri: str) -> tuple[S3Store, objstore.BucketUri]:
+    """The bucket prefix `uri` on `server`, opened with the test's keys."""
     where = objstore.parse_uri(uri, "checkpoint.uri")
     store = S3Store(
         where.bucket,
@@ -81,7 +81,12 @@ def bucket_checkpoints(server: S3Server, uri: str) -> BucketCheckpoints:
         region=REGION,
         client_options={"allow_http": True},
     )
-    return BucketCheckpoints(store, where)
+    return store, where
+
+
+def bucket_checkpoints(server: S3Server, uri: str) -> BucketCheckpoints:
+    """The checkpoints under `uri`, read by this test through the trainer's own code."""
+    return BucketCheckpoints(*bucket_store(server, uri))
 
 
 def test_spot_reclaim_with_checkpoints_in_a_bucket_resumes_exactly(
@@ -130,16 +135,7 @@ def test_spot_reclaim_with_checkpoints_in_a_bucket_resumes_exactly(
 
 def bucket_objects(server: S3Server, uri: str) -> dict[str, bytes]:
     """Every object under `uri` (keys relative to it) with its bytes."""
-    where = objstore.parse_uri(uri, "checkpoint.uri")
-    store = S3Store(
-        where.bucket,
-        prefix=where.prefix,
-        endpoint=server.endpoint,
-        access_key_id=TEST_KEY_ID,
-        secret_access_key=TEST_SECRET,
-        region=REGION,
-        client_options={"allow_http": True},
-    )
+    store, _ = bucket_store(server, uri)
     keys = [m["path"] for batch in obstore.list(store) for m in batch]
     return {k: bytes(obstore.get(store, k).bytes()) for k in keys}
 
