@@ -341,8 +341,9 @@ class TrainingSpec(ApiModel):
     channels_last: bool | None = Field(
         default=None,
         description="pytorch: channels-last memory format for the networks and inputs (3-D "
-        "for gan3d); unset, the model's channelsLast option decides (auto: on CUDA). "
-        "tensorflow: no effect, Keras is channels-last already.",
+        "for gan3d); unset, the model's channelsLast option decides (auto: on CUDA); with "
+        "compile, torch.compile chooses the layout. tensorflow: no effect, Keras is "
+        "channels-last already.",
     )
 
 

@@ -177,6 +177,14 @@ class GanTrainer:
             compile_networks((self.G, self.D), self.device)
 
     def _want_channels_last(self) -> bool:
+        if self.config.training.compile:
+            # Inductor lays convolutions out channels-last itself (layout_optimization), and
+            # channels-last parameters under it broke dcgan's backward on an H100 (torch 2.11:
+            # the 1x1-input ConvTranspose weight gradient came back contiguous, the compiled
+            # graph asserted channels-last): bench/results/2026-11-27-gpu-check-h100.md.
+            if self.config.training.channels_last:
+                log.info("training.channelsLast: left to torch.compile's layout optimization")
+            return False
         if self.config.training.channels_last is not None:
             return self.config.training.channels_last
         model = self.config.model
