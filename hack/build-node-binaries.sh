@@ -5,6 +5,9 @@
 #                      in ~/.cache/kubegan/bin/<name>-<version>/<name>
 #   coredns            built through hack/gomod/coredns/ (a main with only the plugins the
 #                      local cluster uses), cached in ~/.cache/kubegan/bin/coredns-<version>/
+#   kube-router        its NetworkPolicy controller only (iptables + ipset), so the real nodes
+#                      enforce the per-job NetworkPolicy; test infrastructure, never shipped.
+#                      cached in ~/.cache/kubegan/bin/kube-router-<version>/
 #   containerd, runc,  Debian packages (containerd 1.6, runc, containernetworking-plugins),
 #   CNI plugins, ...   through hack/install-debian-packages.sh with KUBEGAN_DEBIAN_PACKAGES
 #
@@ -27,7 +30,11 @@ COREDNS_VERSION=v1.14.7  # must match hack/gomod/coredns/go.mod
 # only the kubernetes discoverer (no cloud SDKs).
 PROMETHEUS_MODULE_VERSION=v0.316.0
 PROMETHEUS_TAGS=remove_all_sd,enable_kubernetes_sd
-DEBIAN_NODE_PACKAGES="containerd runc containernetworking-plugins iptables conntrack socat busybox-static"
+# kube-router v2.1.0: the only v2 release the Go module proxy here serves (see hack/README.md).
+# Its policy dataplane is iptables + ipset, which this kernel has; kube-network-policies needs
+# nfqueue (CONFIG_NFT_QUEUE), which it lacks.
+KUBE_ROUTER_VERSION=v2.1.0
+DEBIAN_NODE_PACKAGES="containerd runc containernetworking-plugins iptables ipset conntrack socat busybox-static"
 
 set -Eeuo pipefail
 # Go caches under ~/.cache/kubegan/go (make install drops them after the builds).
@@ -43,6 +50,7 @@ KUBELET="$CACHE/kubelet-$KUBELET_VERSION/kubelet"
 KUBE_PROXY="$CACHE/kube-proxy-$KUBELET_VERSION/kube-proxy"
 COREDNS="$CACHE/coredns-$COREDNS_VERSION/coredns"
 PROMETHEUS_DIR="$CACHE/prometheus-$PROMETHEUS_MODULE_VERSION"
+KUBE_ROUTER="$CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router"
 
 log() { printf '[build-node-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[build-node-binaries] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -134,11 +142,35 @@ build_prometheus() {
   prometheus_ok || die "promtool at $PROMETHEUS_DIR does not know kubernetes_sd_configs"
 }
 
+kube_router_ok() {
+  local out
+  [[ -x "$KUBE_ROUTER" ]] || return 1
+  out="$("$KUBE_ROUTER" --version 2>&1)" || return 1
+  [[ "$out" == *"$KUBE_ROUTER_VERSION"* ]]
+}
+
+build_kube_router() {
+  if [[ "$FORCE" != 1 ]] && kube_router_ok; then log "kube-router $KUBE_ROUTER_VERSION: cached ($KUBE_ROUTER)"; return; fi
+  local out="$BUILD_ROOT/kube-router-bin" pkg="github.com/cloudnativelabs/kube-router/v2" t0
+  rm -rf "$out"; mkdir -p "$out"
+  log "kube-router $KUBE_ROUTER_VERSION: building (-p $GO_P)"
+  t0=$SECONDS
+  # The version string kube-router prints comes from these two variables (its Makefile sets them).
+  GOBIN="$out" CGO_ENABLED=0 go install -p "$GO_P" -trimpath \
+    -ldflags "-s -w -X $pkg/pkg/version.Version=$KUBE_ROUTER_VERSION -X $pkg/pkg/version.BuildDate=unknown" \
+    "$pkg/cmd/kube-router@$KUBE_ROUTER_VERSION" || die "go install of kube-router failed"
+  log "kube-router $KUBE_ROUTER_VERSION: built in $((SECONDS - t0)) s"
+  mkdir -p "$(dirname "$KUBE_ROUTER")"
+  mv -f "$out/kube-router" "$KUBE_ROUTER.tmp.$$" && mv -f "$KUBE_ROUTER.tmp.$$" "$KUBE_ROUTER"
+  kube_router_ok || die "kube-router at $KUBE_ROUTER does not report $KUBE_ROUTER_VERSION"
+}
+
 main() {
   case "${1:-}" in
     --print) printf 'kubelet %s\nkube-proxy %s\ncoredns %s\nprometheus %s\npromtool %s\n' "$KUBELET" \
-               "$KUBE_PROXY" "$COREDNS" "$PROMETHEUS_DIR/prometheus" "$PROMETHEUS_DIR/promtool"; exit 0 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+               "$KUBE_PROXY" "$COREDNS" "$PROMETHEUS_DIR/prometheus" "$PROMETHEUS_DIR/promtool"
+             printf 'kube-router %s\n' "$KUBE_ROUTER"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     "") ;;
     *) die "unknown argument $1" ;;
   esac
@@ -152,6 +184,7 @@ main() {
   build_k8s_binary kube-proxy "$KUBE_PROXY"
   build_coredns
   build_prometheus
+  build_kube_router
 }
 
 main "$@"

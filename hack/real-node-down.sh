@@ -91,6 +91,8 @@ remove_node() {  # remove_node <i>
   local p; for p in $(pids_with_arg "$dir/kubelet.yaml"); do stop_pid "$p"; done
   stop_named "kube-proxy-$node"
   for p in $(pids_with_arg "$dir/kube-proxy.yaml"); do stop_pid "$p"; done
+  stop_named "kube-router-$node"   # hack/real-node-network-policy.sh (its rules go with the netns)
+  for p in $(pids_with_arg "$dir/kube-router.kubeconfig"); do stop_pid "$p"; done
   # Pod sandboxes and containers: kill the tasks, release the pods' network namespaces.
   if [[ -S "$sock" ]] && ctr --address "$sock" version >/dev/null 2>&1; then
     local id netns_paths=()

@@ -17,6 +17,8 @@
 #     the volumes the kubelet mounts)
 #   * a CNI bridge kgbr0 inside its namespace with host-local addresses from its pod CIDR
 #   * a kube-proxy (iptables mode) inside its namespace: Service IPs work in its pods
+#   * with KUBEGAN_NETWORK_POLICY=kube-router, kube-router's network policy controller inside
+#     its namespace (hack/real-node-network-policy.sh): NetworkPolicies are enforced
 #   * PersistentVolumes kubegan-local-checkpoints-<k> (ReadWriteMany, storage class
 #     kubegan-local-shared; KUBEGAN_SHARED_VOLUMES of them, default 3):
 #     <cluster dir>/real-nodes/shared/checkpoints-<k>, mounted by every node at once
@@ -46,6 +48,8 @@
 #   KUBEGAN_REAL_NODE_TAINTS --register-with-taints for every node (default none)
 #   KUBEGAN_UP_TIMEOUT       seconds to wait for each step (default 120)
 #   KUBEGAN_RUNC             runc binary for containerd (default: runc on PATH)
+#   KUBEGAN_NETWORK_POLICY   kube-router: enforce NetworkPolicies on the nodes started; empty
+#                            (default): no enforcement, as on a cluster whose CNI has none
 # Needs root, hack/build-node-binaries.sh done, and a running control plane.
 set -Eeuo pipefail
 trap 'echo "real-node-up.sh: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -58,6 +62,7 @@ source "$HACK_DIR/real-node-lib.sh"
 TIMEOUT="${KUBEGAN_UP_TIMEOUT:-120}"
 TAINTS="${KUBEGAN_REAL_NODE_TAINTS:-}"
 RUNC_BINARY="${KUBEGAN_RUNC:-}"   # another runc (e.g. a debugging wrapper); default: runc on PATH
+NETWORK_POLICY="${KUBEGAN_NETWORK_POLICY:-}"
 PKI="$CLUSTER_DIR/pki"
 NODE_BINARIES="$(bash "$HACK_DIR/build-node-binaries.sh" --print)"
 KUBELET="$(awk '$1 == "kubelet" {print $2}' <<<"$NODE_BINARIES")"
@@ -92,6 +97,8 @@ preflight() {
   kubectl get --raw /readyz >/dev/null || die "the apiserver of $CLUSTER_DIR is not ready; run make cluster-up"
   # shellcheck disable=SC2015  # die when either check fails
   [[ "$REAL_NODES" =~ ^[1-9][0-9]?$ ]] && ((REAL_NODES <= 50)) || die "REAL_NODES must be 1..50"
+  [[ "$NETWORK_POLICY" == "" || "$NETWORK_POLICY" == kube-router ]] \
+    || die "KUBEGAN_NETWORK_POLICY must be kube-router or empty, not '$NETWORK_POLICY'"
   if [[ -e "$NET_OWNER" && "$(cat "$NET_OWNER")" != "$CLUSTER_DIR" ]]; then
     die "site $SITE's real nodes belong to the cluster in $(cat "$NET_OWNER"); run its real-node-down first, or use another KUBEGAN_REAL_SITE (one of: $REAL_SITES)"
   fi
@@ -284,6 +291,9 @@ JSON
   # kube-proxy's identity is the one the default ClusterRoleBinding system:node-proxier names.
   write_kubeconfig "$dir/kube-proxy.kubeconfig" "https://$HOST_BRIDGE_IP:$APISERVER_PORT" system:kube-proxy \
     "$STATE_ROOT/pki/kube-proxy.crt" "$STATE_ROOT/pki/kube-proxy.key"
+  # kube-router's, for NetworkPolicy enforcement (ClusterRole kubegan:kube-router).
+  write_kubeconfig "$dir/kube-router.kubeconfig" "https://$HOST_BRIDGE_IP:$APISERVER_PORT" "kubegan:kube-router" \
+    "$STATE_ROOT/pki/kube-router.crt" "$STATE_ROOT/pki/kube-router.key"
   cat >"$dir/kube-proxy.yaml" <<YAML
 # kube-proxy $node (written by hack/real-node-up.sh): Service IPs inside the node's namespace.
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -426,6 +436,21 @@ kind: ClusterRoleBinding
 metadata: {name: "kubegan:coredns"}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kubegan:coredns"}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "kubegan:coredns"}]
+---
+# kube-router's network policy controller (KUBEGAN_NETWORK_POLICY=kube-router): reads only.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "kubegan:kube-router"}
+rules:
+- {apiGroups: [""], resources: [pods, namespaces, nodes, services, endpoints], verbs: [get, list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [get, list, watch]}
+- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "kubegan:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "kubegan:kube-router"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "kubegan:kube-router"}]
 YAML
 }
 
@@ -578,6 +603,7 @@ main() {
   start_relay
   make_images
   gen_client_cert "$STATE_ROOT/pki" kube-proxy system:kube-proxy
+  gen_client_cert "$STATE_ROOT/pki" kube-router "kubegan:kube-router"
   apply_cluster_services
   shared_volumes
   start_coredns
@@ -587,6 +613,8 @@ main() {
     wait_until "node $(node_name "$i") Ready (log: $LOGS/kubelet-$(node_name "$i").log)" node_ready "$(node_name "$i")"
     log "node $(node_name "$i"): Ready"
   done
+  # After Ready: kube-router reads its Node object when it starts.
+  [[ "$NETWORK_POLICY" != kube-router ]] || bash "$HACK_DIR/real-node-network-policy.sh" start "${indices[@]}"
   kubectl get nodes -l kubegan.io/real-node=true -o wide >&2
 }
 

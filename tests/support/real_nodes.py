@@ -270,17 +270,20 @@ def real_cluster_up(work_dir: Path, nodes: int = len(REAL_NODES)) -> Iterator[Re
     assert not left, f"real-node-down left things behind: {left}"
 
 
-def install_operator(cluster: RealCluster) -> str:
+def install_operator(cluster: RealCluster, values: dict[str, Any] | None = None) -> str:
     """The chart, installed with the local images into a `restricted` namespace; the operator
     runs as its Deployment on a real node with in-cluster config (the images must be loaded:
-    `images_loaded`). Returns the release name."""
+    `images_loaded`). `values` go on top (an upgrade of the release; without them it is put
+    back as the session installs it). Returns the release name."""
     cluster.apply(restricted_namespace(OPERATOR_NS), restricted_namespace(JOBS_NS))
     name = "kubegan"
     helm = cluster.dir / "bin" / "helm"
     # The preset a user installs with (docs/guide.md: "A real local cluster"); this build's tag.
     values_file = cluster.dir / "e2e-values.yaml"
     values_file.write_text(
-        yaml.safe_dump({"image": {"tag": IMAGE_TAG}, "trainerImages": TRAINER_IMAGES})
+        yaml.safe_dump(
+            {"image": {"tag": IMAGE_TAG}, "trainerImages": TRAINER_IMAGES, **(values or {})}
+        )
     )
     run(
         [
