@@ -15,8 +15,25 @@ import pkgutil
 import sys
 import time
 
-# Imported lazily by the libraries themselves, so walking our packages does not reach them.
-LAZY = ("torch._dynamo", "torch.distributed.algorithms.join", "sklearn.linear_model")
+# Imported lazily by the libraries themselves, or by our modules inside functions, so walking
+# our packages does not reach them. tensorboardX (with the boto3 it tries) and Pillow's
+# plugins: rank 0 imports them at its first epoch's end, ~0.5 s to compile in every run.
+LAZY = (
+    "torch._dynamo",
+    "torch.distributed.algorithms.join",
+    "torch.utils.serialization",
+    "sklearn.linear_model",
+    "tensorboardX",
+    "tensorboardX.summary",
+    "PIL.BmpImagePlugin",
+    "PIL.GifImagePlugin",
+    "PIL.JpegImagePlugin",
+    "PIL.PpmImagePlugin",
+    "google.protobuf.struct_pb2",
+    "tensorflow.python.data.ops.flat_map_op",
+    "tensorflow.python.data.ops.from_generator_op",
+    "tensorflow.python.data.ops.from_tensors_op",
+)
 PACKAGES = ("kubegan_api", "kubegan_trainer", "kubegan_operator")
 
 

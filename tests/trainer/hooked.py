@@ -10,11 +10,15 @@ contain: the shipped trainer reads no test variables and injects no faults.
   dataset indices it trained on (the resume tests prove no batch is repeated or skipped).
 - `--weights DIR`: each process writes its final weights to DIR/worker-<R>.npz when training
   ends, so tests can compare workers and runs (TensorFlow: also the trainable ones alone).
+- `--no-torch`: `import torch` fails in the worker, as in the TensorFlow image, which has no
+  torch. The tests' venv has both frameworks, and tensorboardX imports torch when it can:
+  seconds of every TensorFlow chief's first epoch end, for nothing the image does.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
 import json
 import os
 import signal
@@ -30,14 +34,18 @@ from kubegan_trainer.worker.driver import Hooks
 
 
 def command(
-    *, sigterm_at: str | None = None, trace: Path | None = None, weights: Path | None = None
+    *,
+    sigterm_at: str | None = None,
+    trace: Path | None = None,
+    weights: Path | None = None,
+    no_torch: bool = False,
 ) -> list[str]:
     """The command line that starts a worker with these hooks."""
     cmd = [sys.executable, "-m", "tests.trainer.hooked"]
     for flag, value in (("--sigterm-at", sigterm_at), ("--trace", trace), ("--weights", weights)):
         if value is not None:
             cmd += [flag, str(value)]
-    return cmd
+    return [*cmd, "--no-torch"] if no_torch else cmd
 
 
 @dataclass
@@ -94,12 +102,26 @@ def trainable_weights(backend: Any) -> dict[str, np.ndarray]:
     }
 
 
+class NoTorch(importlib.abc.MetaPathFinder):
+    """Finds no torch, as if it were not installed (not a None in sys.modules, which
+    libraries that look there for torch arrays would trip over)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
 def parse(argv: Sequence[str] | None = None) -> WorkerHooks:
     p = argparse.ArgumentParser(prog="tests.trainer.hooked")
     p.add_argument("--sigterm-at", metavar="R:S")
     p.add_argument("--trace", type=Path)
     p.add_argument("--weights", type=Path)
+    p.add_argument("--no-torch", action="store_true")
     args = p.parse_args(argv)
+    if args.no_torch:
+        assert "torch" not in sys.modules, "torch was imported before --no-torch took effect"
+        sys.meta_path.insert(0, NoTorch())
     sigterm = None
     if args.sigterm_at:
         rank, _, step = args.sigterm_at.partition(":")

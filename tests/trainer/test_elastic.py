@@ -74,7 +74,12 @@ def run(
         env=env,
         python_path=REPO,
         timeout=300,
-        command=hooked.command(sigterm_at=sigterm_at, trace=out / "trace", weights=out / "w"),
+        command=hooked.command(
+            sigterm_at=sigterm_at,
+            trace=out / "trace",
+            weights=out / "w",
+            no_torch=framework == "tensorflow",  # as in the TensorFlow image
+        ),
     )
     assert all(c in (0, EXIT_INTERRUPTED) for c in codes), "\n".join(logs)
     return codes

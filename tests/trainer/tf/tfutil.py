@@ -107,7 +107,8 @@ def run_workers(
     """Real trainer workers with the §4 environment (TF_CONFIG from build_worker_env, as the
     operator renders it); each has one CPU replica. Started through tests/trainer/hooked.py,
     which traces each worker's batches and keeps its final weights (and, given `sigterm_at`
-    "R:S", has worker R stop itself with SIGTERM in global step S)."""
+    "R:S", has worker R stop itself with SIGTERM in global step S). Without torch, as in the
+    TensorFlow image, unless the job asks for FID/KID (torch-fidelity)."""
     codes, logs = launch_workers(
         cfg,
         output,
@@ -123,7 +124,10 @@ def run_workers(
         python_path=REPO,
         timeout=timeout,
         command=hooked.command(
-            sigterm_at=sigterm_at, trace=output / "trace", weights=output / "weights"
+            sigterm_at=sigterm_at,
+            trace=output / "trace",
+            weights=output / "weights",
+            no_torch=cfg.quality is None,
         ),
     )
     return RunResult(codes, logs, output)
