@@ -39,7 +39,7 @@ $(UV):
 
 # --locked: a pyproject.toml change without `make lock` fails here instead of installing
 # something the lock does not say.
-$(VENV)/.installed: pyproject.toml uv.lock | $(UV)
+$(VENV)/.installed: pyproject.toml uv.lock hack/warm-bytecode.py | $(UV)
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --python $(PY_VERSION) $(VENV_EXTRAS)
 	PYTHONDONTWRITEBYTECODE= $(PY) hack/warm-bytecode.py
 	touch $@
@@ -104,6 +104,10 @@ bench-autoscale: install
 # Spot reclaim on real nodes, measured: its own control plane and 3 real nodes (bench/README.md).
 bench-preemption: install images
 	nice -n 10 $(PY) bench/e2e_preemption.py --runs 3
+# Elastic vs fixed size through a spot stockout on 3 real nodes, its own control plane (bench/README.md).
+.PHONY: bench-elastic
+bench-elastic: install images
+	nice -n 10 $(PY) bench/elastic.py --runs 1
 # Checkpoints in a bucket and datasets by shard, measured on a local S3 server (bench/README.md).
 .PHONY: bench-object-store
 bench-object-store: $(VENV)/.installed

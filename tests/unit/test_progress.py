@@ -35,6 +35,17 @@ def test_reads_epoch_and_durations_from_trainer_metrics() -> None:
     assert last_epoch_seconds(second, None) == 12.0  # after an operator restart: the mean
 
 
+def test_a_resumed_trainer_reports_the_epochs_its_checkpoint_finished() -> None:
+    """A new gang (after a preemption or a resize) has finished no epoch of its own yet; its
+    endpoint still says the checkpoint's, so the job's EPOCH column does not drop to 0."""
+    m = TrainerMetrics("g", "ns")
+    port = reserve_port()
+    assert m.serve(port)
+    m.restored_checkpoint(3, 5, 1.8e9)
+    got = fetch_progress("127.0.0.1", port)
+    assert got == TrainerProgress(3, 0.0, 0, (3, 5, 1.8e9))
+
+
 def test_unreachable_or_foreign_endpoint() -> None:
     assert fetch_progress("127.0.0.1", reserve_port(), timeout=0.5) is None
     assert parse_trainer_metrics("# HELP x y\n# TYPE x gauge\nx 1\n") is None

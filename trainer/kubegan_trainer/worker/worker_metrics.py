@@ -220,7 +220,9 @@ class TrainerMetrics:
     def restored_checkpoint(self, epoch: int, step: int, created: float) -> None:
         """A resumed run starts with the checkpoint it resumed from as its latest: the
         previous gang may have written it (on SIGTERM) moments before exiting, too late for
-        the operator to read it from that gang."""
+        the operator to read it from that gang. Its epochs are finished too: the job's
+        status must not read 0 epochs done until the new gang ends one."""
+        self.epoch.set(epoch)
         self.checkpoint_epoch.set(epoch)
         self.checkpoint_step.set(step)
         self.checkpoint_time.set(created)
