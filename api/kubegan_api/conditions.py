@@ -62,6 +62,8 @@ class Reason(StrEnum):
     invalid_spec = "InvalidSpec"
     queued_by_kueue = "QueuedByKueue"
     checkpoint_not_committed = "CheckpointNotCommitted"
+    # A restarted gang reported the checkpoint it restored from: the ended gang's lost work.
+    lost_work_settled = "LostWorkSettled"
     budget_exceeded = "BudgetExceeded"
     within_budget = "WithinBudget"
     no_price = "NoPrice"

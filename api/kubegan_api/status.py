@@ -96,8 +96,22 @@ class CostStatus(ApiModel):
     lost_dollars: float = Field(
         default=0.0,
         description="The cost of work trained again after preemptions and restarts: for each "
-        "ended gang, its training time after its latest checkpoint at its rate.",
+        "ended gang, its training time after the checkpoint the next gang restored from, at "
+        "its rate. Settled once the next gang reports that checkpoint (see pendingLoss).",
     )
+
+
+class PendingLoss(ApiModel):
+    """An ended gang's lost work while it is not yet known: the next gang may restore from a
+    newer checkpoint than kubegan saw (one written on SIGTERM just before it exited)."""
+
+    ended_at: str = Field(description="When the ended gang stopped training.")
+    running_since: str = Field(description="When the ended gang started training.")
+    rate_per_hour: float = Field(description="The ended gang's rate.")
+    seconds: float = Field(
+        description="The estimate: the training since the last checkpoint kubegan saw."
+    )
+    dollars: float = Field(description="`seconds` at `ratePerHour`; not in lostDollars.")
 
 
 class GANTrainingJobStatus(ApiModel):
@@ -113,6 +127,12 @@ class GANTrainingJobStatus(ApiModel):
     preemptions: int = 0
     resizes: int = Field(default=0, description="Elastic jobs: times the gang changed size.")
     cost: CostStatus | None = None
+    pending_loss: PendingLoss | None = Field(
+        default=None,
+        description="The last ended gang's lost work while it is not known: an estimate until "
+        "the next gang reports the checkpoint it restored from, when cost.lostDollars counts "
+        "what that gang redoes (where it cannot say, the estimate). Not yet in lostDollars.",
+    )
     artifacts: ArtifactsStatus | None = None
     start_time: str | None = None
     completion_time: str | None = None

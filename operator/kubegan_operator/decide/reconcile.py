@@ -56,6 +56,7 @@ from kubegan_operator.decide.lifecycle import (
     record_start,
     suspended,
 )
+from kubegan_operator.decide.lost_settle import settle_lost_work
 from kubegan_operator.decide.snapshot import JobSnapshot, WorkerIdentity
 from kubegan_operator.foundation.podstate import exit_checkpoint, exit_lost_work
 from kubegan_operator.foundation.timeutil import now_iso
@@ -95,6 +96,10 @@ def reconcile(seen: JobSnapshot) -> Decision:
     for step in STEPS:
         if step(ctx):
             break
+    # After the steps: the phase is this sync's, so a read is the running gang's own.
+    settled = settle_lost_work(ctx.st, seen.progress)
+    if settled is not None:
+        ctx.event("Normal", Reason.lost_work_settled, settled)
     return finish(ctx.d, old, ctx.st)
 
 

@@ -4,10 +4,11 @@ fail the job past its limit or start the next attempt."""
 from __future__ import annotations
 
 from kubegan_api.conditions import Reason
-from kubegan_api.status import Phase
+from kubegan_api.status import PendingLoss, Phase
 
 from kubegan_operator.decide.context import Context, fail, transition
 from kubegan_operator.decide.cost_accrual import usd
+from kubegan_operator.decide.lost_settle import count_estimate
 from kubegan_operator.decide.pod_cleanup import clean_pods
 from kubegan_operator.foundation.lost_work import (
     duration,
@@ -16,7 +17,7 @@ from kubegan_operator.foundation.lost_work import (
     lost_seconds,
 )
 from kubegan_operator.foundation.podstate import Outcome, WorkerState
-from kubegan_operator.foundation.timeutil import parse_time
+from kubegan_operator.foundation.timeutil import now_iso, parse_time
 
 
 def restart_gang(c: Context, failed: list[WorkerState]) -> None:
@@ -64,19 +65,38 @@ def restart_gang(c: Context, failed: list[WorkerState]) -> None:
 
 
 def _lost_work(c: Context) -> str:
-    """Add the training the next gang does again to status.cost.lostDollars, at the ended
-    gang's rate; the words for the event (empty when nothing was lost). Without a checkpoint
-    claim or bucket no checkpoint survives the gang: its whole run is lost."""
+    """The training the next gang does again; the words for the event (empty when nothing
+    is lost). Without a checkpoint claim or bucket no checkpoint survives the gang: its
+    whole run is lost, counted in status.cost.lostDollars now. With one, the next gang may
+    restore a newer checkpoint than kubegan saw (written on SIGTERM as the gang stopped):
+    the estimate waits in status.pendingLoss until that gang says (decide/lost_settle.py)."""
     st, spec = c.st, c.job.spec.checkpoint
-    kept = st.last_checkpoint if (spec.claim_name or spec.uri) else None
-    seconds = lost_seconds(
-        parse_time(st.running_since),
-        parse_time(kept.time) if kept is not None else None,
-        gang_ended_at(c.current, c.now),
-    )
     assert st.cost is not None
-    lost = lost_dollars(seconds, st.cost.rate_per_hour)
-    st.cost.lost_dollars = round(st.cost.lost_dollars + lost, 6)
+    since, ended = parse_time(st.running_since), gang_ended_at(c.current, c.now)
+    if since is None:  # never ran: an earlier gang's estimate still waits for a reader
+        return ""
+    # An estimate the ended gang never confirmed: what it restored is not known now, and
+    # the estimate stands (lost_settle.count_estimate).
+    count_estimate(st, "")
+    rate = st.cost.rate_per_hour
+    if not (spec.claim_name or spec.uri):
+        seconds = lost_seconds(since, None, ended)
+        lost = lost_dollars(seconds, rate)
+        st.cost.lost_dollars = round(st.cost.lost_dollars + lost, 6)
+        return f" ({duration(seconds)} of training to redo, no checkpoint is kept: {usd(lost)})"
+    kept = st.last_checkpoint
+    seconds = lost_seconds(since, parse_time(kept.time) if kept is not None else None, ended)
+    lost = lost_dollars(seconds, rate)
+    st.pending_loss = PendingLoss(
+        ended_at=now_iso(ended),
+        running_since=now_iso(since),
+        rate_per_hour=rate,
+        seconds=round(seconds, 3),
+        dollars=lost,
+    )
     if not lost:
         return ""
-    return f" ({duration(seconds)} of training since the last checkpoint to redo: {usd(lost)})"
+    return (
+        f" ({duration(seconds)} of training since the last checkpoint kubegan saw, "
+        f"{usd(lost)}; what is redone is known when the next gang reports its checkpoint)"
+    )

@@ -1,6 +1,7 @@
-"""The cost of a disruption: the training the next gang does again, from the ended gang's
-latest checkpoint (or its start, when that is later or no checkpoint survives it) to when it
-stopped, at its rate. Pure; decide/restart.py adds it to status.cost.lostDollars.
+"""The cost of a disruption: the training the next gang does again, from the checkpoint it
+restores (or the ended gang's start, when that is later or no checkpoint survives it) to when
+the ended gang stopped, at its rate. Pure; decide/restart.py estimates it from the last
+checkpoint kubegan saw, decide/lost_settle.py settles it from the one the next gang restored.
 
 Steps since the checkpoint times the step time is that training time; the operator measures
 the time itself (the checkpoint's time is in status.lastCheckpoint, the gang's start in
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubegan_operator.foundation.podstate import exit_time
@@ -34,6 +35,24 @@ def lost_seconds(
         return 0.0
     start = running_since if checkpoint_at is None else max(running_since, checkpoint_at)
     return max(0.0, (ended_at - start).total_seconds())
+
+
+def restored_lost_seconds(
+    running_since: datetime, ended_at: datetime, restored: tuple[int, int, float] | None
+) -> float | None:
+    """The ended gang's training that the next gang redoes, given the checkpoint the next
+    gang's metrics name (epochs, steps, unix time; None: it restored none, so all of it).
+    None when that checkpoint is the next gang's own (written after the ended gang stopped;
+    the second allows for `ended_at` kept in whole seconds): the restored one is unknown."""
+    if restored is None:
+        return lost_seconds(running_since, None, ended_at)
+    try:
+        at = datetime.fromtimestamp(restored[2], UTC)
+    except (OverflowError, OSError, ValueError):  # not a time: nothing known
+        return None
+    if at >= ended_at + timedelta(seconds=1):
+        return None
+    return lost_seconds(running_since, at, ended_at)
 
 
 def lost_dollars(seconds: float, rate_per_hour: float) -> float:
