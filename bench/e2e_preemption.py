@@ -13,6 +13,17 @@ the local preset, and then `--runs` times:
    - step_s: until rank 0 trains a step past the checkpoint it resumed from,
    - lost_steps / lost_s: steps the old gang had trained past the checkpoint the new gang
      resumed from (work redone), and their time at the run's mean step time,
+   - the breakdown, each milestone seen from outside the pods: the old gang stopped (rank
+     0's last progress.json record, state "stopped", its "time"); the reclaim script's
+     "stopped" (the node's containers gone), "marked" (its pods marked Failed, as the
+     kubelet's shutdown manager would) and "gone" (its Node deleted); the old pods'
+     containers exited, all marked for deletion, all gone; the new pods created, scheduled
+     (spec.nodeName), Running (pods polled every 50 ms); the new rank 0's process started
+     (its host pid from the node's containerd, /proc's start time); its rendezvous store
+     listening (MASTER_PORT in /proc/<pid>/net/tcp*, polled: torch imported, data and
+     models built); its first log line and its "resumed from" line (`kubectl logs
+     --timestamps`: rendezvous and checkpoint load done); its first step past the resumed
+     position (that progress.json record's "time"),
 4. lets the job finish and brings the reclaimed node back for the next run.
 
     make bench-preemption                       # = the line below
@@ -25,19 +36,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kubegan_api.contract import ATTEMPT_LABEL  # noqa: E402
+from kubegan_api.contract import ATTEMPT_LABEL, ENV_MASTER_PORT  # noqa: E402
 
 from tests.e2e.jobs import Job, Nodes, index_of, resumed_at, victim_node  # noqa: E402
 from tests.support.real_nodes import (  # noqa: E402
@@ -48,10 +61,49 @@ from tests.support.real_nodes import (  # noqa: E402
     install_operator,
     real_cluster_up,
     run,
+    site,
 )
 
 STEPS_PER_EPOCH = 8
 TRANSCRIPTS = ROOT / "bench" / "out" / "e2e_preemption"
+
+
+# The breakdown's milestones, in the order they happen; each is seconds from the notice.
+MILESTONES = {
+    "stopped": "old gang stopped (rank 0 progress.json)",
+    "node_stopped": "reclaimed node's containers gone (script)",
+    "node_marked": "reclaimed node's pods marked Failed (script)",
+    "node_gone": "reclaimed node gone (script)",
+    "old_exited": "old pods' containers exited",
+    "old_deleting": "old pods marked for deletion",
+    "old_gone": "old pods gone",
+    "created": "new pods created (both seen)",
+    "scheduled": "new pods scheduled (spec.nodeName)",
+    "started": "new rank 0 process started (/proc)",
+    "running": "new pods Running (phase)",
+    "listening": "new rank 0 rendezvous store listening",
+    "first_log": "new rank 0 first log line",
+    "resumed": 'new rank 0 "resumed from" line',
+    "first_step": "new rank 0 first step (progress.json)",
+}
+# Each phase runs from the milestone it waits on, not always the row above (rank 0's process
+# starts before the kubelet reports the pods Running; the old pods exit as the node's do).
+SINCE = {
+    "node_stopped": "stopped",
+    "node_marked": "node_stopped",
+    "node_gone": "node_marked",
+    "old_exited": "stopped",
+    "old_deleting": "node_marked",
+    "old_gone": "old_deleting",
+    "created": "old_gone",
+    "scheduled": "created",
+    "running": "scheduled",
+    "started": "scheduled",
+    "listening": "started",
+    "first_log": "started",
+    "resumed": "listening",
+    "first_step": "resumed",
+}
 
 
 @dataclass
@@ -61,6 +113,7 @@ class Measured:
     lost_steps: int
     lost_s: float
     resumed_at: tuple[int, int]
+    breakdown: dict[str, float | None] = field(default_factory=dict)
 
 
 def progress(job: Job) -> dict[str, Any]:
@@ -75,14 +128,59 @@ def global_step(epoch1: int, step: int) -> int:
     return (epoch1 - 1) * STEPS_PER_EPOCH + step
 
 
-def new_gang_running(job: Job, attempt: int) -> bool:
-    pods = [
+def new_gang_pods(pods: list[dict[str, Any]], attempt: int) -> list[dict[str, Any]]:
+    return [
         p
-        for p in job.pods()
+        for p in pods
         if p["metadata"]["labels"].get(ATTEMPT_LABEL) == str(attempt)
         and not p["metadata"].get("deletionTimestamp")
     ]
-    return len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods)
+
+
+def old_gang_stage(pods: list[dict[str, Any]], attempt: int) -> set[str]:
+    """Which of exited (no container of it running), deleting (each marked for deletion)
+    and gone the gang before `attempt` has reached."""
+    old = [p for p in pods if p["metadata"]["labels"].get(ATTEMPT_LABEL) != str(attempt)]
+    running = [
+        c
+        for p in old
+        for c in p["status"].get("containerStatuses") or []
+        if "running" in (c.get("state") or {})
+    ]
+    stages = set() if running else {"old_exited"}
+    if all(p["metadata"].get("deletionTimestamp") for p in old):
+        stages.add("old_deleting")
+    if not old:
+        stages.add("old_gone")
+    return stages
+
+
+def gang_stage(pods: list[dict[str, Any]], workers: int = 2) -> set[str]:
+    """Which of created / scheduled / running every worker of the gang has reached."""
+    if len(pods) < workers:
+        return set()
+    stages = {"created"}
+    if all(p["spec"].get("nodeName") for p in pods):
+        stages.add("scheduled")
+    if all(p["status"].get("phase") == "Running" for p in pods):
+        stages.add("running")
+    return stages
+
+
+def log_times(log: str) -> dict[str, float]:
+    """`kubectl logs --timestamps` lines (RFC3339Nano, then the line): the time of the
+    first line and of the "resumed from" line, as epoch seconds."""
+    times: dict[str, float] = {}
+    for line in log.splitlines():
+        stamp, _, text = line.partition(" ")
+        try:
+            at = datetime.fromisoformat(stamp).timestamp()
+        except ValueError:
+            continue
+        times.setdefault("first_log", at)
+        if "resumed from" in text:
+            times.setdefault("resumed", at)
+    return times
 
 
 def watch(cluster: RealCluster, out: Path) -> subprocess.Popen[bytes]:
@@ -98,17 +196,34 @@ def watch(cluster: RealCluster, out: Path) -> subprocess.Popen[bytes]:
 @dataclass
 class NewGang:
     """When the next gang was seen Running, and when its rank 0 first trained a step past
-    the position it resumed from (its first progress record says where that is)."""
+    the position it resumed from (its first progress record says where that is); on the
+    way, the breakdown's milestones seen by polling (old and new pods, rank 0's socket)."""
 
     attempt: int
-    running_at: float | None = None
+    seen: dict[str, float] = field(default_factory=dict)  # gang_stage -> first seen at
     resumed_global: int | None = None
     step_at: float | None = None
+    step_time: float | None = None  # that progress record's own "time"
+    rank0: tuple[int, int] | None = None  # the new rank 0's host pid and MASTER_PORT
+
+    def poll_rank0(self, job: Job, now: float) -> None:
+        if self.rank0 is None and "running" in self.seen:
+            self.rank0 = rank0_process(job.cluster, f"{job.name}-worker-0")
+        if self.rank0 is not None and "listening" not in self.seen and listening(*self.rank0):
+            self.seen["listening"] = now
+
+    @property
+    def running_at(self) -> float | None:
+        return self.seen.get("running")
 
     def poll(self, job: Job, prog: dict[str, Any]) -> None:
         now = time.time()
-        if self.running_at is None and new_gang_running(job, self.attempt):
-            self.running_at = now
+        if "running" not in self.seen:
+            pods = job.pods()
+            stages = gang_stage(new_gang_pods(pods, self.attempt))
+            for stage in stages | old_gang_stage(pods, self.attempt):
+                self.seen.setdefault(stage, now)
+        self.poll_rank0(job, now)
         if prog.get("resumed_from") is None or prog.get("state") != "running":
             return
         done = global_step(prog.get("epoch", 1), prog.get("step", 0))
@@ -116,6 +231,7 @@ class NewGang:
             self.resumed_global = done
         elif done > self.resumed_global and self.step_at is None:
             self.step_at = now
+            self.step_time = prog.get("time")
 
 
 def reclaim_watching(
@@ -166,10 +282,14 @@ def one_run(cluster: RealCluster, nodes: Nodes, name: str, grace: int) -> Measur
     while gang.step_at is None and time.time() < deadline:
         gang.poll(job, progress(job))
         time.sleep(0.05)
-    log = cluster.kubectl("logs", "-n", JOBS_NS, f"{name}-worker-0", check=False)
+    log = cluster.kubectl("logs", "--timestamps", "-n", JOBS_NS, f"{name}-worker-0", check=False)
     resume = resumed_at(log)
     if gang.running_at is None or gang.step_at is None or resume is None:
         raise SystemExit(f"{name}: the new gang did not train within 600 s: {job.status()}")
+    started = process_started(gang.rank0[0]) if gang.rank0 else None
+    marks = {**gang.seen, **log_times(log), "started": started, "first_step": gang.step_time}
+    marks |= {f"node_{k}": times.get(k) for k in ("stopped", "marked", "gone")}
+    marks["stopped"] = stopped.get("time") if stopped.get("state") == "stopped" else None
     job.finish()
     events = cluster.kubectl(
         "get", "events", "-n", JOBS_NS, "--sort-by=.lastTimestamp",
@@ -181,7 +301,10 @@ def one_run(cluster: RealCluster, nodes: Nodes, name: str, grace: int) -> Measur
     lost = max(0, trained - (resume[0] * STEPS_PER_EPOCH + resume[1]))
     cluster.kubectl("delete", "ganjob", "-n", JOBS_NS, name, "--wait=false")
     nodes.up(index_of(victim))
-    return Measured(gang.running_at - t0, gang.step_at - t0, lost, lost * step_seconds, resume)
+    breakdown = {k: (marks[k] - t0 if marks.get(k) else None) for k in MILESTONES}
+    return Measured(
+        gang.running_at - t0, gang.step_at - t0, lost, lost * step_seconds, resume, breakdown
+    )
 
 
 def table(results: list[Measured]) -> str:
@@ -195,6 +318,86 @@ def table(results: list[Measured]) -> str:
     for label, xs in cols.items():
         lines.append(f"| {label} | {min(xs):.1f} | {statistics.median(xs):.1f} | {max(xs):.1f} |")
     return "\n".join(lines)
+
+
+def spread(xs: list[float]) -> str:
+    if not xs:
+        return "- | - | -"
+    return f"{min(xs):.1f} | {statistics.median(xs):.1f} | {max(xs):.1f}"
+
+
+def breakdown_table(results: list[Measured]) -> str:
+    """Each milestone's seconds from the notice, and the phase before it (from the previous
+    milestone it waits on, SINCE, in the same run), min / median / max over the runs that
+    saw both."""
+    lines = [
+        "| milestone | from notice: min | median | max | phase before it: min | median | max |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, label in MILESTONES.items():
+        at = [v for r in results if (v := r.breakdown.get(key)) is not None]
+        prev = SINCE.get(key, "")
+        phase = [
+            b[key] - b[prev]
+            for b in (r.breakdown for r in results)
+            if b.get(key) is not None and b.get(prev) is not None
+        ]
+        since = f" (since {prev})" if prev else ""
+        lines.append(f"| {label}{since} | {spread(at)} | {spread(phase)} |")
+    return "\n".join(lines)
+
+
+def process_started(pid: int) -> float | None:
+    """When host process `pid` started, as epoch seconds (its start in clock ticks after
+    boot, against the uptime now: 10 ms steps, where /proc/stat's btime has whole seconds)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError):
+        return None
+    fields = stat.rpartition(")")[2].split()  # the name in parentheses may hold spaces
+    ticks = int(fields[19])  # field 22 of proc(5), counted after the name
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rank0_process(cluster: RealCluster, pod_name: str) -> tuple[int, int] | None:
+    """The host pid of pod `pod_name`'s main process, read from its node's containerd
+    (nodes are namespaces on this host), and the pod's MASTER_PORT."""
+    pod = cluster.get("pod", pod_name, JOBS_NS)
+    statuses = pod["status"].get("containerStatuses") or [{}]
+    cid = statuses[0].get("containerID", "").partition("://")[2]
+    env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
+    sock = (
+        Path(site(cluster.env.get("KUBEGAN_REAL_SITE", "e2e"))["RUN_ROOT"])
+        / pod["spec"]["nodeName"]
+    )
+    ls = subprocess.run(
+        ["ctr", "--address", str(sock / "containerd.sock"), "-n", "k8s.io", "tasks", "ls"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    for line in ls.stdout.splitlines():
+        cols = line.split()
+        if cid and len(cols) >= 2 and cols[0] == cid and cols[1].isdigit():
+            return int(cols[1]), int(env.get(ENV_MASTER_PORT) or 0)
+    return None
+
+
+def listening(pid: int, port: int) -> bool:
+    """Whether a socket in process `pid`'s network namespace listens on TCP `port` (rank
+    0's rendezvous store: torch is imported, data and models are built)."""
+    for name in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if cols[3] == "0A" and int(cols[1].rpartition(":")[2], 16) == port:
+                return True
+    return False
 
 
 def main() -> None:
@@ -220,12 +423,17 @@ def main() -> None:
             print(
                 f"run {i + 1}: running {m.running_s:.1f}s, first step {m.step_s:.1f}s, "
                 f"resumed at epoch {m.resumed_at[0]} step {m.resumed_at[1]}, "
-                f"redone {m.lost_steps} step(s) = {m.lost_s:.2f}s",
+                f"redone {m.lost_steps} step(s) = {m.lost_s:.2f}s; "
+                + ", ".join(
+                    f"{k} {'-' if v is None else f'{v:.2f}'}" for k, v in m.breakdown.items()
+                ),
                 flush=True,
             )
         watcher.terminate()
     print(f"transcripts (kubectl get ganjob -w, events) in {TRANSCRIPTS}")
     print(table(results))
+    print()
+    print(breakdown_table(results))
     med = statistics.median
     print(
         f"e2e-preemption: runs={len(results)} grace_s={args.grace} "
