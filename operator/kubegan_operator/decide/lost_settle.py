@@ -1,13 +1,14 @@
 """Settle a restarted gang's lost work: at the restart the operator knows only the last
 checkpoint it read, which may be older than the one the ended gang wrote on SIGTERM just
-before it exited. The next gang's first progress read names the checkpoint it restored from;
-only then is the ended gang's training after it counted in status.cost.lostDollars, once.
+before it exited. The next gang's first progress read names the checkpoint it restored from,
+and the ended gang's training after it is counted in status.cost.lostDollars, once.
 """
 
 from __future__ import annotations
 
 from kubegan_api.status import GANTrainingJobStatus, Phase
 
+from kubegan_operator.decide.context import TERMINAL
 from kubegan_operator.decide.cost_accrual import usd
 from kubegan_operator.foundation.lost_work import (
     duration,
@@ -16,8 +17,6 @@ from kubegan_operator.foundation.lost_work import (
 )
 from kubegan_operator.foundation.timeutil import parse_time
 from kubegan_operator.foundation.trainer_metrics import ProgressUpdate
-
-FINISHED = (Phase.succeeded, Phase.failed)
 
 
 def settle_lost_work(st: GANTrainingJobStatus, progress: ProgressUpdate | None) -> str | None:
@@ -30,7 +29,7 @@ def settle_lost_work(st: GANTrainingJobStatus, progress: ProgressUpdate | None) 
     pending = st.pending_loss
     if pending is None:
         return None
-    if st.phase in FINISHED:
+    if st.phase in TERMINAL:
         return count_estimate(st, "the job ended before a gang reported what it restored")
     if progress is None or st.phase != Phase.running:
         return None
@@ -45,8 +44,7 @@ def settle_lost_work(st: GANTrainingJobStatus, progress: ProgressUpdate | None) 
         )
     st.pending_loss = None
     dollars = lost_dollars(seconds, pending.rate_per_hour)
-    assert st.cost is not None
-    st.cost.lost_dollars = round(st.cost.lost_dollars + dollars, 6)
+    charge_lost(st, dollars)
     where = "no checkpoint" if progress.checkpoint is None else _position(progress.checkpoint)
     return f"the new gang restored {where}: {duration(seconds)} of training redone ({usd(dollars)})"
 
@@ -63,9 +61,14 @@ def count_estimate(st: GANTrainingJobStatus, why: str) -> str | None:
     st.pending_loss = None
     if pending is None or not pending.dollars:
         return None
-    assert st.cost is not None
-    st.cost.lost_dollars = round(st.cost.lost_dollars + pending.dollars, 6)
+    charge_lost(st, pending.dollars)
     return (
         f"{why}: the estimate is counted, {duration(pending.seconds)} of training since the "
         f"last checkpoint kubegan saw ({usd(pending.dollars)})"
     )
+
+
+def charge_lost(st: GANTrainingJobStatus, dollars: float) -> None:
+    """Add training redone (or, where unknowable, estimated) to status.cost.lostDollars."""
+    assert st.cost is not None
+    st.cost.lost_dollars = round(st.cost.lost_dollars + dollars, 6)

@@ -8,7 +8,7 @@ from kubegan_api.status import PendingLoss, Phase
 
 from kubegan_operator.decide.context import Context, fail, transition
 from kubegan_operator.decide.cost_accrual import usd
-from kubegan_operator.decide.lost_settle import count_estimate
+from kubegan_operator.decide.lost_settle import charge_lost, count_estimate
 from kubegan_operator.decide.pod_cleanup import clean_pods
 from kubegan_operator.foundation.lost_work import (
     duration,
@@ -82,7 +82,7 @@ def _lost_work(c: Context) -> str:
     if not (spec.claim_name or spec.uri):
         seconds = lost_seconds(since, None, ended)
         lost = lost_dollars(seconds, rate)
-        st.cost.lost_dollars = round(st.cost.lost_dollars + lost, 6)
+        charge_lost(st, lost)
         return f" ({duration(seconds)} of training to redo, no checkpoint is kept: {usd(lost)})"
     kept = st.last_checkpoint
     seconds = lost_seconds(since, parse_time(kept.time) if kept is not None else None, ended)
