@@ -35,6 +35,18 @@ def workers_column(cluster: RealCluster, name: str) -> str:
     return next((ln for ln in table.splitlines() if ln.startswith(name + " ")), table)
 
 
+def assert_resized(
+    job: Job, st: dict, resizes: int, reason: str, sizes: str, placement: tuple[str, int]
+) -> None:
+    """The status after a resize: counts, the Resized condition and the gang's shape."""
+    said = f"{st}\n{job.events()}"
+    assert (st["preemptions"], st["restarts"], st["resizes"]) == (1, 0, resizes), said
+    resized = condition(st, "Resized")
+    assert (resized["status"], resized["reason"]) == ("True", reason), resized
+    assert sizes in resized["message"], resized
+    assert (st["placement"]["size"], st["placement"]["accumulationSteps"]) == placement, st
+
+
 def test_a_reclaim_with_no_free_node_shrinks_the_job_and_a_returning_node_grows_it(
     real_cluster: RealCluster, operator_release: str, nodes: Nodes
 ) -> None:
@@ -50,12 +62,7 @@ def test_a_reclaim_with_no_free_node_shrinks_the_job_and_a_returning_node_grows_
     # No node is free: the gang of two cannot be whole; after shrinkAfterSeconds it resumes
     # on the node left, accumulating twice as many micro-batches.
     st = job.wait("the gang shrunk to one", lambda st: running_at(job, st, 1), 240)
-    said = f"{st}\n{job.events()}"
-    assert (st["preemptions"], st["restarts"], st["resizes"]) == (1, 0, 1), said
-    resized = condition(st, "Resized")
-    assert (resized["status"], resized["reason"]) == ("True", "Shrunk"), resized
-    assert "from 2 to 1 of 2" in resized["message"], resized
-    assert (st["placement"]["size"], st["placement"]["accumulationSteps"]) == ("1/2", 2), st
+    assert_resized(job, st, 1, "Shrunk", "from 2 to 1 of 2", ("1/2", 2))
     assert accumulation_env(job) == {"2"}, "the same global batch on half the workers"
     assert " 1/2 " in workers_column(real_cluster, job.name)
     assert victim not in job.worker_nodes().values()
@@ -70,12 +77,7 @@ def test_a_reclaim_with_no_free_node_shrinks_the_job_and_a_returning_node_grows_
     # The node comes back: the gang grows to two at its next checkpoint.
     nodes.up(index_of(victim))
     st = job.wait("the gang grown back to two", lambda st: running_at(job, st, 2), 240)
-    said = f"{st}\n{job.events()}"
-    assert (st["preemptions"], st["restarts"], st["resizes"]) == (1, 0, 2), said
-    resized = condition(st, "Resized")
-    assert (resized["status"], resized["reason"]) == ("True", "Grown"), resized
-    assert "from 1 to 2 of 2" in resized["message"], resized
-    assert (st["placement"]["size"], st["placement"]["accumulationSteps"]) == ("2", 1), st
+    assert_resized(job, st, 2, "Grown", "from 1 to 2 of 2", ("2", 1))
     assert accumulation_env(job) == {"1"}
 
     final = job.finish()
