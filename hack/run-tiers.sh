@@ -102,5 +102,14 @@ for lane in $LANES; do
     grep -q "^$step " "$LOGS/summary" || failed+=" $step(not-run)"
   done
 done
-if [[ -n "$failed" ]]; then echo "make test: failed:$failed"; exit 1; fi
+if [[ -n "$failed" ]]; then
+  # CI keeps only the tail of the output: repeat what each failed tier says failed, last.
+  for step in $failed; do
+    [[ -f "$LOGS/$step.log" ]] || continue
+    echo "--- $step: what failed (whole output: $LOGS/$step.log)"
+    grep -E '^(FAILED|ERROR) |^E  ' "$LOGS/$step.log" | cut -c1-300 | tail -n 40
+  done
+  echo "make test: failed:$failed"
+  exit 1
+fi
 echo "make test: every tier passed"

@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,12 +55,11 @@ def _make(kind: str, path: Path) -> None:
 
 
 def _refusal(load: Callable[[], object]) -> str:
-    """The one-line TrainerError `load` raises, within a second (a FIFO opened for
-    reading would block until a writer appears: the test's timeout)."""
-    start = time.monotonic()
+    """The one-line TrainerError `load` raises. A FIFO opened for reading would block until
+    a writer appears: the test's timeout catches that (a wall-clock bound here failed on a
+    loaded machine, where the first call's imports alone can take a second)."""
     with pytest.raises(TrainerError) as err:
         load()
-    assert time.monotonic() - start < 1.0
     line = str(err.value)
     assert "\n" not in line
     return line
