@@ -5,7 +5,9 @@ TensorBoard event files whose scalars (read back with TensorBoard's own reader) 
 epoch with one image per epoch. `kubegan samples`, `metrics` and `export` read them from the
 bucket and from a run folder; the exported generator loads in a fresh process that imports no
 kubegan (the PyTorch one with docs/trainer.md's example as written) and draws what the
-trainer's generator draws for the same noise. keepBest's pruning in the bucket."""
+trainer's generator draws for the same noise. The TensorFlow pod resumed from the bucket ends
+bitwise equal to an uninterrupted run (test_bucket_resume's check). keepBest's pruning in the
+bucket."""
 
 from __future__ import annotations
 
@@ -13,12 +15,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import obstore
 import pytest
 from kubegan_api.contract import ENV_CHECKPOINT_URI, EXIT_INTERRUPTED
+from kubegan_api.sections import TrainerConfig
 from kubegan_trainer.storage import objstore
 from kubegan_trainer.storage.bucket import BucketCheckpoints
 from kubegan_trainer.storage.retention import Score
@@ -27,6 +32,9 @@ from kubegan_trainer.storage.sync import BucketBackedStore
 
 from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer.util import REPO, config, run_workers
+
+if TYPE_CHECKING:  # the TensorFlow tests' helpers are imported where they are used
+    from tests.trainer.tf.tfutil import RunResult as TfRunResult
 
 s3 = pytest.fixture(scope="module")(s3_server_fixture)
 
@@ -173,19 +181,62 @@ def _assert_export_draws_the_trainers_images(cfg, user: Path, pod: Path) -> None
     assert np.allclose(got, expected, atol=1e-6)
 
 
-@pytest.mark.timeout(900)
-def test_tensorflow_artifacts_survive_a_stop_and_a_new_pod_each_epoch_once(
-    s3: S3Server, tmp_path: Path
-) -> None:
+@dataclass
+class TfBucketRun:
+    cfg: TrainerConfig
+    uri: str
+    committed_at_stop: list[str]  # the checkpoints in the bucket when the stopped pod ended
+    resumed: TfRunResult
+
+
+@pytest.fixture(scope="module")
+def tf_bucket_run(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> TfBucketRun:
+    """A TensorFlow worker checkpointing to the bucket, stopped by SIGTERM in global step 6
+    (epoch 2, step 2 of 4), then a new pod resuming from the bucket in an empty folder: the
+    artifacts test and the bitwise-resume test check the same two runs."""
     from tests.trainer.tf.tfutil import run_workers as tf_run
     from tests.trainer.tf.tfutil import tf_config
 
+    tmp = tmp_path_factory.mktemp("tf-bucket")
     cfg = tf_config("dcgan", epochs=2, stepsPerEpoch=4)
     env, uri = _bucket_env(s3, "tf")
-    part = tf_run(cfg, tmp_path / "pod-1", 1, extra_env=env, sigterm_at="0:6")
+    part = tf_run(cfg, tmp / "pod-1", 1, extra_env=env, sigterm_at="0:6")
     assert part.codes == [EXIT_INTERRUPTED], part.logs
-    resumed = tf_run(cfg, tmp_path / "pod-2", 1, extra_env=env)
+    committed = _committed(_objects(s3, uri))
+    resumed = tf_run(cfg, tmp / "pod-2", 1, extra_env=env)
     assert resumed.codes == [0], resumed.logs
+    return TfBucketRun(cfg, uri, committed, resumed)
+
+
+def _committed(objects: dict[str, bytes]) -> list[str]:
+    return sorted(k.split("/")[0] for k in objects if k.endswith("/manifest.json"))
+
+
+@pytest.mark.timeout(400)
+def test_tensorflow_stops_then_resumes_from_the_bucket_in_a_new_folder(
+    tf_bucket_run: TfBucketRun, tmp_path: Path
+) -> None:
+    """test_bucket_resume's check for TensorFlow (here, to share the artifacts test's runs):
+    the new pod resumed from the bucket's mid-epoch checkpoint, ending bitwise equal to an
+    uninterrupted run."""
+    from tests.trainer.tf.tfutil import run_workers as tf_run
+
+    run = tf_bucket_run
+    assert run.committed_at_stop[-1] == "ckpt-000001-00000002"
+    assert f"resuming from {run.uri}/ckpt-000001-00000002" in run.resumed.logs[0]
+    straight = tf_run(run.cfg, tmp_path / "straight", 1)
+    assert straight.codes == [0], straight.logs
+    a, b = straight.weights(), run.resumed.weights()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+
+
+@pytest.mark.timeout(900)
+def test_tensorflow_artifacts_survive_a_stop_and_a_new_pod_each_epoch_once(
+    s3: S3Server, tf_bucket_run: TfBucketRun, tmp_path: Path
+) -> None:
+    cfg, uri, pod = tf_bucket_run.cfg, tf_bucket_run.uri, tf_bucket_run.resumed.output
     objects = _objects(s3, uri)
     _assert_each_epoch_once(objects, 2, tmp_path)
     saved_model = sorted(k for k in objects if k.startswith("export/saved_model/"))
@@ -209,7 +260,7 @@ def test_tensorflow_artifacts_survive_a_stop_and_a_new_pod_each_epoch_once(
     )
     assert run.returncode == 0, run.stdout + run.stderr
     got = np.load(user / "images.npy", allow_pickle=False)
-    expected = _tf_trainer_images(cfg, tmp_path / "pod-2", spec, np.load(user / "z.npy"))
+    expected = _tf_trainer_images(cfg, pod, spec, np.load(user / "z.npy"))
     assert got.shape == expected.shape == (5, 8, 8, 1)
     assert np.allclose(got, expected, atol=1e-5)
 

@@ -1,6 +1,7 @@
 """Resume from a bucket: both frameworks checkpoint to a real S3 server (moto) and a run
 stopped by SIGTERM resumes from the bucket into a NEW output folder (nothing local carried
-over), ending bitwise equal to an uninterrupted run (test_resume's check)."""
+over), ending bitwise equal to an uninterrupted run (test_resume's check). TensorFlow's is in
+test_artifacts_bucket.py, which checks the artifacts of the same stopped and resumed runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import obstore
 import pytest
 import yaml
@@ -60,29 +60,6 @@ def test_pytorch_stops_then_resumes_from_the_bucket_in_a_new_folder(
     assert f"resuming from {uri}/ckpt-000001-00000002" in resumed.logs[0]
     _assert_same_state(straight.checkpoint_state(), resumed.checkpoint_state())
     assert _committed(s3, uri)[-1] == "ckpt-000003-00000000"
-
-
-@pytest.mark.timeout(400)
-def test_tensorflow_stops_then_resumes_from_the_bucket_in_a_new_folder(
-    s3: S3Server, tmp_path: Path
-) -> None:
-    from tests.trainer.tf.tfutil import run_workers as tf_run
-    from tests.trainer.tf.tfutil import tf_config
-
-    cfg = tf_config("dcgan", epochs=2, stepsPerEpoch=4)
-    env, uri = _bucket_env(s3)
-    straight = tf_run(cfg, tmp_path / "straight", 1)
-    assert straight.codes == [0], straight.logs
-    part = tf_run(cfg, tmp_path / "pod-1", 1, extra_env=env, sigterm_at="0:3")
-    assert part.codes == [EXIT_INTERRUPTED], part.logs
-    assert _committed(s3, uri)[-1] == "ckpt-000000-00000003"
-    resumed = tf_run(cfg, tmp_path / "pod-2", 1, extra_env=env)
-    assert resumed.codes == [0], resumed.logs
-    assert f"resuming from {uri}/ckpt-000000-00000003" in resumed.logs[0]
-    a, b = straight.weights(), resumed.weights()
-    assert a.keys() == b.keys()
-    for name in a:
-        assert np.array_equal(a[name], b[name]), name
 
 
 @pytest.mark.timeout(300)

@@ -118,7 +118,9 @@ CASES = [(m, p) for m in ("acgan", "custom", "dcgan", "pix2pix") for p in ("none
 def test_every_model_trains_a_few_steps(model: str, precision: str, tmp_path: Path) -> None:
     spec = TINY[model]
     name = model.removesuffix("-tiny")
-    batch = 2 if name in ("gan3d", "pix2pix") else 4
+    # gan3d: one shower a step (its 3D convolutions cost the most; BatchNorm3d still has
+    # the 51x51x25 voxels to normalise over).
+    batch = {"gan3d": 1, "pix2pix": 2}.get(name, 4)
     cfg = config(name, batchSizePerReplica=batch, stepsPerEpoch=2, mixedPrecision=precision, **spec)
     dtypes: set[torch.dtype] = set()
     with single_rank_trainer(cfg, tmp_path) as tr:

@@ -6,6 +6,7 @@ two-rank training."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer import hooked
 from tests.trainer.test_resume import _assert_same_state
 from tests.trainer.test_stream_training import traces
-from tests.trainer.util import config, run_workers
+from tests.trainer.util import RunResult, config, run_workers
 
 s3 = pytest.fixture(scope="module")(s3_server_fixture)
 
@@ -125,14 +126,33 @@ def dcgan(uri: str) -> object:
                   batchSizePerReplica=2)  # fmt: skip
 
 
-@pytest.mark.timeout(400)
-def test_pytorch_ranks_train_on_their_own_image_objects(s3: S3Server, tmp_path: Path) -> None:
-    names = write_images(tmp_path / "img", IMAGES)
-    cfg = dcgan(upload(s3, tmp_path / "img"))
-    cmd = hooked.command(trace=tmp_path / "trace")
-    run = run_workers(cfg, tmp_path / "out", 2, extra_env=s3.env(), command=cmd)
+@dataclass
+class ImageRun:
+    """Two PyTorch ranks' unbroken 2-epoch run on image objects in a bucket."""
+
+    uri: str
+    names: list[str]
+    run: RunResult
+    trace: Path
+
+
+@pytest.fixture(scope="module")
+def image_run(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> ImageRun:
+    """One run for two tests: the test of each rank's objects reads its trace, the resume
+    test takes it as the unbroken run."""
+    tmp = tmp_path_factory.mktemp("image-run")
+    names = write_images(tmp / "img", IMAGES)
+    uri = upload(s3, tmp / "img")
+    cmd = hooked.command(trace=tmp / "trace")
+    run = run_workers(dcgan(uri), tmp / "out", 2, extra_env=s3.env(), command=cmd)
     assert run.codes == [0, 0], "\n".join(run.logs)
-    seen = traces(tmp_path / "trace")
+    return ImageRun(uri, names, run, tmp / "trace")
+
+
+@pytest.mark.timeout(400)
+def test_pytorch_ranks_train_on_their_own_image_objects(image_run: ImageRun) -> None:
+    names = image_run.names
+    seen = traces(image_run.trace)
     for epoch in (0, 1):
         for rank in (0, 1):
             lines = [x for x in seen[rank] if x["epoch"] == epoch]
@@ -144,14 +164,11 @@ def test_pytorch_ranks_train_on_their_own_image_objects(s3: S3Server, tmp_path: 
 
 @pytest.mark.timeout(400)
 def test_a_run_on_image_objects_stopped_and_resumed_is_bitwise_identical(
-    s3: S3Server, tmp_path: Path
+    s3: S3Server, image_run: ImageRun, tmp_path: Path
 ) -> None:
     """Rank 1 stops itself in global step 3 (epoch 1 of 2-step epochs): the resumed epoch
     re-reads its objects up to step 1 and goes on as the unbroken run did."""
-    write_images(tmp_path / "img", IMAGES)
-    cfg = dcgan(upload(s3, tmp_path / "img"))
-    straight = run_workers(cfg, tmp_path / "straight", 2, extra_env=s3.env())
-    assert straight.codes == [0, 0], "\n".join(straight.logs)
+    cfg, straight = dcgan(image_run.uri), image_run.run
     part = run_workers(cfg, tmp_path / "stopped", 2, s3.env(), sigterm_at="1:3")
     assert part.codes == [EXIT_INTERRUPTED] * 2, "\n".join(part.logs)
     ckpts = sorted(p.name for p in (tmp_path / "stopped/checkpoints").glob("ckpt-*"))

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from tests.support.s3_server import S3Server, s3_server_fixture
 from tests.trainer import hooked
 from tests.trainer.test_data_stream import write_shards
 from tests.trainer.test_resume import _assert_same_state
-from tests.trainer.util import REPO, config, run_workers
+from tests.trainer.util import REPO, RunResult, config, run_workers
 
 s3 = pytest.fixture(scope="module")(s3_server_fixture)
 
@@ -58,18 +59,32 @@ def traces(folder: Path) -> dict[int, list[dict]]:
     }
 
 
-@pytest.mark.timeout(400)
-def test_pytorch_ranks_train_on_their_own_shards_from_the_bucket(
-    s3: S3Server, tmp_path: Path
-) -> None:
-    write_shards(tmp_path / "data", SHARDS, EVENTS)
-    uri = upload(s3, tmp_path / "data")
-    cfg = gan3d({"source": "files", "uri": uri}, epochs=2)
-    cmd = hooked.command(trace=tmp_path / "trace")
-    run = run_workers(cfg, tmp_path / "out", 2, extra_env=s3.env(), command=cmd)
+@dataclass
+class BucketRun:
+    """Two PyTorch ranks' unbroken 2-epoch run streaming `data`, uploaded to a bucket."""
+
+    data: Path
+    run: RunResult
+    trace: Path
+
+
+@pytest.fixture(scope="module")
+def bucket_run(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> BucketRun:
+    """One run for two tests: the shard test reads its trace, the resume test takes it as
+    the unbroken run (the folder's shards, streamed from the bucket, are the same bytes)."""
+    tmp = tmp_path_factory.mktemp("bucket-run")
+    write_shards(tmp / "data", SHARDS, EVENTS)
+    cfg = gan3d({"source": "files", "uri": upload(s3, tmp / "data")}, epochs=2)
+    cmd = hooked.command(trace=tmp / "trace")
+    run = run_workers(cfg, tmp / "out", 2, extra_env=s3.env(), command=cmd)
     assert run.codes == [0, 0], "\n".join(run.logs)
+    return BucketRun(tmp / "data", run, tmp / "trace")
+
+
+@pytest.mark.timeout(400)
+def test_pytorch_ranks_train_on_their_own_shards_from_the_bucket(bucket_run: BucketRun) -> None:
     names = [f"part-{i:03d}.h5" for i in range(SHARDS)]
-    seen = traces(tmp_path / "trace")
+    seen = traces(bucket_run.trace)
     for epoch in (0, 1):
         per_rank = {}
         for rank in (0, 1):
@@ -85,13 +100,14 @@ def test_pytorch_ranks_train_on_their_own_shards_from_the_bucket(
 
 
 @pytest.mark.timeout(400)
-def test_a_streamed_run_stopped_and_resumed_is_bitwise_identical(tmp_path: Path) -> None:
+def test_a_streamed_run_stopped_and_resumed_is_bitwise_identical(
+    bucket_run: BucketRun, tmp_path: Path
+) -> None:
     """Two ranks streaming a folder; rank 1 stops itself in global step 8 (epoch 2 of
-    6-step epochs), so the resumed epoch re-reads its shards up to step 2 and goes on."""
-    write_shards(tmp_path / "data", SHARDS, EVENTS)
-    cfg = gan3d({"source": "files", "path": str(tmp_path / "data")}, epochs=2)
-    straight = run_workers(cfg, tmp_path / "straight", 2)
-    assert straight.codes == [0, 0], "\n".join(straight.logs)
+    6-step epochs), so the resumed epoch re-reads its shards up to step 2 and goes on, to
+    the end of the unbroken run of the same shards (streamed from the bucket)."""
+    straight = bucket_run.run
+    cfg = gan3d({"source": "files", "path": str(bucket_run.data)}, epochs=2)
     part = run_workers(cfg, tmp_path / "stopped", 2, sigterm_at="1:8")
     assert part.codes == [EXIT_INTERRUPTED] * 2, "\n".join(part.logs)
     names = sorted(p.name for p in (tmp_path / "stopped/checkpoints").glob("ckpt-*"))

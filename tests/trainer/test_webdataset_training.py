@@ -15,7 +15,7 @@ from tests.trainer import hooked
 from tests.trainer.test_resume import _assert_same_state
 from tests.trainer.test_stream_training import traces
 from tests.trainer.test_webdataset_reader import digits_folder
-from tests.trainer.util import config, run_workers
+from tests.trainer.util import RunResult, config, run_workers
 
 s3 = pytest.fixture(scope="module")(s3_server_fixture)
 
@@ -43,38 +43,51 @@ def assert_each_sample_once_per_epoch(trace: Path) -> None:
         assert read == list(range(DIGITS)), epoch
 
 
-@pytest.mark.timeout(400)
-def test_pytorch_ranks_train_on_packed_shards_in_a_folder(tmp_path: Path) -> None:
-    cfg = acgan({"path": packed(tmp_path, str(tmp_path / "shards"))})
-    cmd = hooked.command(trace=tmp_path / "trace")
-    run = run_workers(cfg, tmp_path / "out", 2, command=cmd)
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path]:
+    """Two ranks' unbroken run on the shards packed into a folder, and its trace: the
+    folder test checks the trace, the bucket test resumes to its end (`kubegan data pack`
+    writes the same bytes to a folder and to a bucket)."""
+    tmp = tmp_path_factory.mktemp("folder-run")
+    cfg = acgan({"path": packed(tmp, str(tmp / "shards"))})
+    cmd = hooked.command(trace=tmp / "trace")
+    run = run_workers(cfg, tmp / "out", 2, command=cmd)
     assert run.codes == [0, 0], "\n".join(run.logs)
-    assert_each_sample_once_per_epoch(tmp_path / "trace")
+    return run, tmp / "trace"
+
+
+@pytest.mark.timeout(400)
+def test_pytorch_ranks_train_on_packed_shards_in_a_folder(
+    folder_run: tuple[RunResult, Path],
+) -> None:
+    assert_each_sample_once_per_epoch(folder_run[1])
 
 
 @pytest.mark.timeout(600)
 def test_packed_shards_in_a_bucket_train_and_resume_bitwise(
-    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3: S3Server,
+    folder_run: tuple[RunResult, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Packed straight into the bucket; rank 1 stops itself in global step 5 (epoch 1, 4-step
     epochs): the resumed epoch re-reads its shards up to step 1 and goes on as the unbroken
-    run did."""
+    run did (the folder's: the same bytes), each sample once per epoch over both runs."""
     with monkeypatch.context() as env:
         for key, value in s3.env().items():
             env.setenv(key, value)
         uri = packed(tmp_path, f"s3://{s3.make_bucket()}/digits/shards")
-    cfg = acgan({"uri": uri})
-    cmd = hooked.command(trace=tmp_path / "trace")
-    straight = run_workers(cfg, tmp_path / "straight", 2, extra_env=s3.env(), command=cmd)
-    assert straight.codes == [0, 0], "\n".join(straight.logs)
-    assert_each_sample_once_per_epoch(tmp_path / "trace")
-    part = run_workers(cfg, tmp_path / "stopped", 2, s3.env(), sigterm_at="1:5")
+    cfg, trace = acgan({"uri": uri}), tmp_path / "trace"
+    cmd = hooked.command(sigterm_at="1:5", trace=trace)
+    part = run_workers(cfg, tmp_path / "stopped", 2, s3.env(), command=cmd)
     assert part.codes == [EXIT_INTERRUPTED] * 2, "\n".join(part.logs)
     ckpts = sorted(p.name for p in (tmp_path / "stopped/checkpoints").glob("ckpt-*"))
     assert ckpts[-1] == "ckpt-000001-00000001"  # mid-epoch
-    resumed = run_workers(cfg, tmp_path / "stopped", 2, extra_env=s3.env())
+    cmd = hooked.command(trace=trace)
+    resumed = run_workers(cfg, tmp_path / "stopped", 2, extra_env=s3.env(), command=cmd)
     assert resumed.codes == [0, 0], "\n".join(resumed.logs)
-    _assert_same_state(straight.checkpoint_state(), resumed.checkpoint_state())
+    assert_each_sample_once_per_epoch(trace)  # the trace holds both runs
+    _assert_same_state(folder_run[0].checkpoint_state(), resumed.checkpoint_state())
 
 
 @pytest.mark.timeout(400)
