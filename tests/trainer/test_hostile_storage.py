@@ -5,6 +5,8 @@ library errors about in-memory data (never an object's repr)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import socket
 import threading
@@ -128,6 +130,43 @@ def test_walking_a_busy_proc_never_fails() -> None:
     for t in busy:
         t.join()
     assert entries > 100
+
+
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.ESRCH, errno.ENOENT])
+def test_a_folder_whose_listing_fails_as_a_process_exits_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """What reading /proc/<pid>/net answers while <pid> exits (EINVAL), deterministically:
+    the busy walk above meets it only when a process exits at that moment."""
+    _tree(tmp_path, 2, 1)
+    dying, scandir = tmp_path / "class-0", os.scandir
+
+    def listing(path):  # type: ignore[no-untyped-def]
+        if Path(path) == dying:
+            raise OSError(code, os.strerror(code), str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", listing)
+    names = sorted(str(p.relative_to(tmp_path)) for p in walk_entries(tmp_path))
+    assert names == ["class-0", "class-1", "class-1/deep", "class-1/deep/img-0.png"]
+
+
+def test_a_folder_that_fails_to_list_for_another_reason_fails_the_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk error is not a vanished entry: training on part of the data would hide it."""
+    _tree(tmp_path, 1, 1)
+    scandir = os.scandir
+
+    def listing(path):  # type: ignore[no-untyped-def]
+        if Path(path) != tmp_path:
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", listing)
+    with pytest.raises(OSError) as err:
+        list(walk_entries(tmp_path))
+    assert err.value.errno == errno.EIO
 
 
 def test_an_image_folder_of_proc_is_one_line_not_a_crash() -> None:

@@ -9,13 +9,21 @@ listed is skipped, as rglob skipped it.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 # What listing or inspecting an entry raises when it vanished or cannot be read: the entry
-# is left out. /proc answers ESRCH for a process that exited between two calls.
+# is left out. /proc answers ESRCH for a process that exited between two calls, and EINVAL
+# when the listing of an exiting process's folder (/proc/<pid>/net) is read. Other errors
+# (EIO: a failing disk) are not a vanished entry and still fail the walk.
 _GONE = (FileNotFoundError, NotADirectoryError, PermissionError, ProcessLookupError)
+_GONE_ERRNOS = frozenset({errno.EINVAL})
+
+
+def _gone(err: OSError) -> bool:
+    return isinstance(err, _GONE) or err.errno in _GONE_ERRNOS
 
 
 def walk_entries(root: Path) -> Iterator[Path]:
@@ -26,13 +34,17 @@ def walk_entries(root: Path) -> Iterator[Path]:
         try:
             with os.scandir(folder) as listing:
                 entries = list(listing)
-        except _GONE:
+        except OSError as err:
+            if not _gone(err):
+                raise
             continue
         for entry in entries:
             yield Path(entry.path)
             try:
                 is_folder = entry.is_dir(follow_symlinks=False)
-            except _GONE:
+            except OSError as err:
+                if not _gone(err):
+                    raise
                 continue
             if is_folder:
                 stack.append(Path(entry.path))
