@@ -112,12 +112,16 @@ def test_pods_on_different_nodes_talk_by_dns_name(pods: RealCluster) -> None:
     assert server["status"]["podIP"].split(".")[2] != client["status"]["podIP"].split(".")[2]
     # The name form kubegan's workers rendezvous on: <host>.<service>.<namespace>.svc
     name = f"server.net.{NS}.svc.cluster.local"
-    answer = wait_for(
-        "the server's DNS name to resolve from the other node",
-        lambda: pods.kubectl("exec", "-n", NS, "client", "--", "nslookup", name, check=False),
-        timeout=60,
-    )
-    assert server["status"]["podIP"] in answer
+    ip = server["status"]["podIP"]
+
+    def resolved() -> str | None:
+        # NXDOMAIN until CoreDNS has seen the headless service's endpoints (seconds, on a
+        # loaded machine): an answer without the IP is a "not yet", not the answer.
+        out = pods.kubectl("exec", "-n", NS, "client", "--", "nslookup", name, check=False)
+        return out if ip in out else None
+
+    answer = wait_for("the server's DNS name to resolve from the other node", resolved, timeout=60)
+    assert ip in answer
     reply = pods.kubectl("exec", "-n", NS, "client", "--", "nc", "-w", "5", name, "7000")
     assert reply.strip() == "hello-from-server"
     # And by pod IP, the other way round.
