@@ -67,6 +67,7 @@ def node(
     spot: bool = False,
     ready: bool = True,
     cordoned: bool = False,
+    deleting: bool = False,
     taints: list[dict[str, str]] | None = None,
     labels: dict[str, str] | None = None,
     tpu_chips: int = 0,
@@ -96,6 +97,9 @@ def node(
     meta: dict[str, Any] = {"name": name, "labels": all_labels}
     if rv is not None:
         meta["resourceVersion"] = rv
+    if deleting:  # deleted, its finalizers (Karpenter's termination) not yet done
+        meta["deletionTimestamp"] = "2026-11-27T12:00:00Z"
+        meta["finalizers"] = ["karpenter.sh/termination"]
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -54,6 +54,7 @@ def test_a_heartbeat_reconciles_nothing(world: World) -> None:
         # Capacity goes: only the job with a worker there (its worker is disrupted).
         (lambda n: n["status"]["conditions"][0].update(status="False"), {"run"}),  # NotReady
         (lambda n: n["spec"].update(unschedulable=True), {"run"}),  # cordoned
+        (lambda n: n["metadata"].update(deletionTimestamp="2026-11-27T12:00:00Z"), {"run"}),
         # Capacity may come: the job that found no placement may fit now, too.
         (lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "4"}), {"run", "wait"}),
         (
@@ -62,7 +63,7 @@ def test_a_heartbeat_reconciles_nothing(world: World) -> None:
         ),
         (lambda n: n["spec"].update(taints=[]), {"run", "wait"}),
     ],
-    ids=["not-ready", "cordoned", "allocatable", "label", "taint"],
+    ids=["not-ready", "cordoned", "deleting", "allocatable", "label", "taint"],
 )
 def test_a_change_placement_sees_queues_only_the_jobs_it_affects(
     world: World, change: Callable[[dict[str, Any]], None], queued: set[str]

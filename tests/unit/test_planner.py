@@ -116,6 +116,7 @@ def test_own_pods_excluded_when_replanning() -> None:
     ("bad", "why"),
     [
         ({"cordoned": True}, "cordoned"),
+        ({"deleting": True}, "being deleted"),
         ({"ready": False}, "NotReady"),
         (
             {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]},

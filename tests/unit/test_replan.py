@@ -39,6 +39,7 @@ def test_every_planned_node_still_fits() -> None:
         ({}, "g-worker-0: its planned node n0 is gone"),
         ({"n0": info("n0", ready=False)}, "g-worker-0: its planned node n0 is NotReady"),
         ({"n0": info("n0", cordoned=True)}, "g-worker-0: its planned node n0 is cordoned"),
+        ({"n0": info("n0", deleting=True)}, "g-worker-0: its planned node n0 is being deleted"),
         (
             {"n0": info("n0", gpus=4)},
             "g-worker-0: its planned node n0 has 4 nvidia.com/gpu free, needs 8",

@@ -96,6 +96,9 @@ class NodeInfo:
     # job names no cpu/memory requests its share (placement.worker_share).
     cpu: Decimal = Decimal(0)
     memory: Decimal = Decimal(0)
+    # Deleted, its finalizers (Karpenter's termination) still running: a worker planned there
+    # is evicted moments later, before the autoscaler's NoSchedule taint shows why.
+    deleting: bool = False
 
 
 # ---- the fields of Node and Pod objects that placement reads ------------------------------
@@ -117,6 +120,7 @@ class _Meta(_Obj):
     namespace: str = "default"
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
+    deletionTimestamp: str | None = None
 
 
 class _TaintDoc(_Obj):
@@ -412,4 +416,5 @@ def _node_info(doc: _NodeDoc, used: Mapping[str, Decimal]) -> NodeInfo:
         tpu_topology=labels.get(TPU_TOPOLOGY_LABEL, ""),
         cpu=parse_quantity(alloc.get("cpu", 0)),
         memory=parse_quantity(alloc.get("memory", 0)),
+        deleting=meta.deletionTimestamp is not None,
     )

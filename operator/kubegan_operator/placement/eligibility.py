@@ -99,6 +99,8 @@ def ineligibility(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool
         return "NotReady"
     if node.unschedulable:
         return "cordoned"
+    if node.deleting:
+        return "being deleted"
     if req.spot == SpotPolicy.never and node.spot:
         return "spot node (placement.spot: never)"
     if req.spot == SpotPolicy.required and not node.spot:

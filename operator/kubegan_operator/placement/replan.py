@@ -44,6 +44,8 @@ def unbindable(workers: Iterable[PinnedWorker], nodes: Mapping[str, NodeInfo | N
             return f"{w.name}: its planned node {w.node} is NotReady"
         if node.unschedulable:
             return f"{w.name}: its planned node {w.node} is cordoned"
+        if node.deleting:
+            return f"{w.name}: its planned node {w.node} is being deleted"
         short = _short(node, w.requests)
         if short:
             return f"{w.name}: its planned node {w.node} has {short}"

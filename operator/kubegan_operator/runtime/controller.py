@@ -337,10 +337,12 @@ class Controller:
 
 
 def _more_capacity(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
-    """Whether a node's change (NodeEntry.key: ready, cordoned, allocatable, labels,
-    taints) may let a job fit that did not: anything but losing readiness or being cordoned."""
-    (was_ready, was_cordoned, *was), (ready, cordoned, *now) = old, new
-    return (ready and not was_ready) or (was_cordoned and not cordoned) or was != now
+    """Whether a node's change (NodeEntry.key: ready, cordoned, being deleted, allocatable,
+    labels, taints) may let a job fit that did not: anything but losing readiness, being
+    cordoned or being deleted."""
+    (was_ready, was_cordoned, was_deleting, *was), (ready, cordoned, deleting, *now) = old, new
+    back = (ready and not was_ready) or (was_cordoned and not cordoned)
+    return back or (was_deleting and not deleting) or was != now
 
 
 def _with_created(

@@ -48,6 +48,7 @@ def index_node(body: Mapping[str, Any]) -> dict[str, NodeEntry]:
     key = (
         ready,
         bool(spec.get("unschedulable")),
+        bool(meta.get("deletionTimestamp")),
         _frozen(status.get("allocatable") or {}),
         _frozen(meta.get("labels") or {}),
         _frozen(spec.get("taints") or []),
