@@ -25,7 +25,8 @@
 #   KUBEGAN_TEST_LOGS   where each step's whole output goes (default .test-logs/)
 #
 # Each output line is prefixed with its step. The summary gives each step's result and
-# minutes; the exit status is 1 when a step failed, after every lane has run. A failed
+# minutes, then each failed step's FAILED/ERROR lines and its first assertion lines (CI keeps
+# only the tail); the exit status is 1 when a step failed, after every lane has run. A failed
 # install step (or one a lane waits for) skips the rest of its lane: its tiers are reported
 # not run.
 set -uo pipefail
@@ -107,7 +108,8 @@ if [[ -n "$failed" ]]; then
   for step in $failed; do
     [[ -f "$LOGS/$step.log" ]] || continue
     echo "--- $step: what failed (whole output: $LOGS/$step.log)"
-    grep -E '^(FAILED|ERROR) |^E  ' "$LOGS/$step.log" | cut -c1-300 | tail -n 40
+    grep -E '^(FAILED|ERROR) ' "$LOGS/$step.log" | cut -c1-300 | tail -n 20
+    grep -E '^E  ' "$LOGS/$step.log" | cut -c1-300 | head -n 30
   done
   echo "make test: failed:$failed"
   exit 1
