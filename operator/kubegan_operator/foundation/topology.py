@@ -101,6 +101,18 @@ class NodeInfo:
     deleting: bool = False
 
 
+def out_of_service(node: NodeInfo) -> str | None:
+    """Why `node` takes no new worker whatever its room (NotReady, cordoned, being deleted),
+    or None: the words both a plan's reasons and a replan's say after "is"."""
+    if not node.ready:
+        return "NotReady"
+    if node.unschedulable:
+        return "cordoned"
+    if node.deleting:
+        return "being deleted"
+    return None
+
+
 # ---- the fields of Node and Pod objects that placement reads ------------------------------
 #
 # Decoded strictly (types as the apiserver has them, no coercion): a node list written by hand

@@ -19,6 +19,7 @@ from kubegan_operator.foundation.topology import (
     TPU_TAINT_KEYS,
     NodeInfo,
     Taint,
+    out_of_service,
 )
 
 # ---- tolerations --------------------------------------------------------------------------
@@ -95,12 +96,9 @@ def ineligibility(node: NodeInfo, req: Requirements, tolerated: dict[Taint, bool
     remembers taints already judged (the nodes of a pool share theirs). The first reason in
     this order is the one reported. Called for every node on every plan: the node's state
     and spot policy are checked here, without a call each."""
-    if not node.ready:
-        return "NotReady"
-    if node.unschedulable:
-        return "cordoned"
-    if node.deleting:
-        return "being deleted"
+    down = out_of_service(node)
+    if down:
+        return down
     if req.spot == SpotPolicy.never and node.spot:
         return "spot node (placement.spot: never)"
     if req.spot == SpotPolicy.required and not node.spot:

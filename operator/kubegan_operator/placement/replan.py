@@ -15,7 +15,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from kubegan_operator.foundation.topology import GPU_RESOURCE, TPU_RESOURCE, NodeInfo
+from kubegan_operator.foundation.topology import (
+    GPU_RESOURCE,
+    TPU_RESOURCE,
+    NodeInfo,
+    out_of_service,
+)
 
 
 @dataclass(frozen=True)
@@ -40,12 +45,9 @@ def unbindable(workers: Iterable[PinnedWorker], nodes: Mapping[str, NodeInfo | N
         node = nodes[w.node]
         if node is None:
             continue  # unreadable: the scheduler may know better; the timer still applies
-        if not node.ready:
-            return f"{w.name}: its planned node {w.node} is NotReady"
-        if node.unschedulable:
-            return f"{w.name}: its planned node {w.node} is cordoned"
-        if node.deleting:
-            return f"{w.name}: its planned node {w.node} is being deleted"
+        down = out_of_service(node)
+        if down:
+            return f"{w.name}: its planned node {w.node} is {down}"
         short = _short(node, w.requests)
         if short:
             return f"{w.name}: its planned node {w.node} has {short}"
