@@ -14,16 +14,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-# What listing or inspecting an entry raises when it vanished or cannot be read: the entry
+# What listing or inspecting an entry answers when it vanished or cannot be read: the entry
 # is left out. /proc answers ESRCH for a process that exited between two calls, and EINVAL
 # when the listing of an exiting process's folder (/proc/<pid>/net) is read. Other errors
 # (EIO: a failing disk) are not a vanished entry and still fail the walk.
-_GONE = (FileNotFoundError, NotADirectoryError, PermissionError, ProcessLookupError)
-_GONE_ERRNOS = frozenset({errno.EINVAL})
-
-
-def _gone(err: OSError) -> bool:
-    return isinstance(err, _GONE) or err.errno in _GONE_ERRNOS
+_GONE = frozenset(
+    {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ESRCH, errno.EINVAL}
+)
 
 
 def walk_entries(root: Path) -> Iterator[Path]:
@@ -35,7 +32,7 @@ def walk_entries(root: Path) -> Iterator[Path]:
             with os.scandir(folder) as listing:
                 entries = list(listing)
         except OSError as err:
-            if not _gone(err):
+            if err.errno not in _GONE:
                 raise
             continue
         for entry in entries:
@@ -43,7 +40,7 @@ def walk_entries(root: Path) -> Iterator[Path]:
             try:
                 is_folder = entry.is_dir(follow_symlinks=False)
             except OSError as err:
-                if not _gone(err):
+                if err.errno not in _GONE:
                     raise
                 continue
             if is_folder:
