@@ -24,6 +24,9 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
     # logs each save through absl's ("Sharding callback duration"): keep worker logs readable.
     for name in ("tensorflow", "absl"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    from kubegan_trainer.backends.tf.lean_import import import_tensorflow
+
+    import_tensorflow()
     from kubegan_trainer.backends.tf.data import StreamSource, is_tfrecord_path, make_source
     from kubegan_trainer.backends.tf.loop import GanTrainer
     from kubegan_trainer.backends.tf.precision import set_policy
