@@ -34,7 +34,7 @@ PROMETHEUS_TAGS=remove_all_sd,enable_kubernetes_sd
 # Its policy dataplane is iptables + ipset, which this kernel has; kube-network-policies needs
 # nfqueue (CONFIG_NFT_QUEUE), which it lacks.
 KUBE_ROUTER_VERSION=v2.1.0
-DEBIAN_NODE_PACKAGES="containerd runc containernetworking-plugins iptables ipset conntrack socat busybox-static"
+DEBIAN_NODE_PACKAGES="containerd runc containernetworking-plugins iptables ipset conntrack socat busybox-static procps"
 
 set -Eeuo pipefail
 # Go caches under ~/.cache/kubegan/go (make install drops them after the builds).

@@ -38,11 +38,10 @@ stop_named() {  # stop_named <pid-file name>
   rm -f "$PIDS/$1.pid"
 }
 pids_with_arg() {  # processes whose command line contains the string (our unique paths only)
-  local needle="$1" p
-  for p in /proc/[0-9]*; do
-    grep -qaF -- "$needle" "$p/cmdline" 2>/dev/null && echo "${p#/proc/}"
-  done
-  return 0
+  # One pgrep (the string as a literal regex), not a grep per process: with real nodes up the
+  # host runs hundreds of processes, and this runs several times for every node.
+  # shellcheck disable=SC2001,SC2016  # sed: escape every regex character; $ is literal here
+  pgrep -f -- "$(sed 's/[][\.*^$()+?{}|]/\\&/g' <<< "$1")" || true
 }
 unmount_under() {  # unmount everything mounted below a directory, deepest first
   local dir="$1" m
@@ -157,7 +156,12 @@ main() {
     log "removed node(s) $*"
     return 0
   fi
-  for i in $(node_indices); do remove_node "$i"; done
+  # The nodes at once: each one's removal is mostly waiting (a kill's grace, its connections
+  # closing), and nothing of one node's removal touches another's.
+  local removing=() failed=0
+  for i in $(node_indices); do remove_node "$i" & removing+=($!); done
+  for i in "${removing[@]}"; do wait "$i" || failed=1; done
+  ((failed == 0)) || { log "a node's removal failed (above)"; exit 1; }
   stop_named coredns
   local p; for p in $(pids_with_arg "$COREDNS_DIR/Corefile") $(pids_with_arg "$RUN_ROOT/coredns.pid"); do stop_pid "$p"; done
   if [[ -s "$ADMIN_KUBECONFIG" && -x "$CLUSTER_DIR/bin/kubectl" ]]; then
