@@ -24,8 +24,9 @@
 #                       everything in turn)
 #   KUBEGAN_TEST_LOGS   where each step's whole output goes (default .test-logs/)
 #
-# Each output line is prefixed with its step. The summary gives each step's result and
-# minutes, then each failed step's FAILED/ERROR lines and its first assertion lines (CI keeps
+# Each output line is prefixed with its step. The summary gives each step's result, minutes
+# and CPU minutes (on 2 cores the tiers share the CPU: what shortens `make test` is fewer CPU
+# seconds, not another lane layout), then each failed step's FAILED/ERROR lines and its first assertion lines (CI keeps
 # only the tail); the exit status is 1 when a step failed, after every lane has run. A failed
 # install step (or one a lane waits for) skips the rest of its lane: its tiers are reported
 # not run.
@@ -38,9 +39,20 @@ LOGS="${KUBEGAN_TEST_LOGS:-.test-logs}"
 mkdir -p "$LOGS"
 : > "$LOGS/summary"
 
-run_step() {  # run_step <step>: one line "<step> <passed|FAILED> <seconds>" into the summary
-  local step="$1" started rc target
+children_cpu() {  # children_cpu <var>: CPU seconds (user + system) of this lane's finished children
+  # `times` in this shell, not in $(...): a forked subshell starts with no children's usage.
+  local file="$LOGS/.cpu.$BASHPID"
+  times > "$file"
+  printf -v "$1" '%s' "$(awk 'NR == 2 {
+    split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2]
+  }' "$file")"
+  rm -f "$file"
+}
+
+run_step() {  # run_step <step>: "<step> <passed|FAILED> <seconds> <CPU seconds>" into the summary
+  local step="$1" started rc target cpu cpu_after
   target="$step"
+  children_cpu cpu
   # KUBEGAN_PREREQS_DONE: the lane made the tier's prerequisites already.
   [[ "$TIERS" == *" $step "* ]] && target="test-$step"
   started=$(date +%s)
@@ -51,7 +63,10 @@ run_step() {  # run_step <step>: one line "<step> <passed|FAILED> <seconds>" int
   rc=$?
   local result=passed
   ((rc == 0)) || result=FAILED
-  echo "$step $result $(($(date +%s) - started))" >> "$LOGS/summary"
+  # CPU: the step's processes and what they waited for; not daemons they left to init (real
+  # nodes' kubelets and containers), so the e2e tier's figure is a floor.
+  children_cpu cpu_after
+  echo "$step $result $(($(date +%s) - started)) $((cpu_after - cpu))" >> "$LOGS/summary"
   return "$rc"
 }
 
@@ -90,10 +105,11 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 
 echo
 echo "make test: $(($(date +%s) - started)) s in all (lanes: $LANES)"
-printf '%-15s %-7s %s\n' step result minutes
+printf '%-15s %-7s %7s %11s\n' step result minutes CPU-minutes
 failed=""
-while read -r step result seconds; do
-  awk -v t="$step" -v r="$result" -v s="$seconds" 'BEGIN {printf "%-15s %-7s %.1f\n", t, r, s / 60}'
+while read -r step result seconds cpu; do
+  awk -v t="$step" -v r="$result" -v s="$seconds" -v c="$cpu" \
+    'BEGIN {printf "%-15s %-7s %7.1f %11.1f\n", t, r, s / 60, c / 60}'
   [[ "$result" == passed ]] || failed+=" $step"
 done < "$LOGS/summary"
 for lane in $LANES; do
