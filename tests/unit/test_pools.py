@@ -241,3 +241,34 @@ def test_a_bad_pools_file_is_one_line_naming_the_field(
 def test_from_declared_refuses_a_non_list() -> None:
     with pytest.raises(ValueError, match="expected a list"):
         from_declared({"name": "x"})
+
+
+def test_workers_waiting_for_new_nodes_avoid_the_pools_nodes_being_deleted() -> None:
+    """A node of the pool deleted a moment ago (Karpenter's finalizer still running, its
+    NoSchedule taint not yet there) looks free to the scheduler: the gang waiting for new
+    nodes must not be bound to it, or it is evicted at once and counts a second preemption."""
+    kw = {"accelerator": "nvidia-tesla-a100", "pool": "a100-spot", "spot": True}
+    free = node("a100-free", 8, taints=[GPU_TAINT], **kw)
+    going = node("a100-going", 8, taints=[GPU_TAINT], deleting=True, labels={
+        "kubernetes.io/hostname": "host-of-going"}, **kw)  # fmt: skip
+    job = GANTrainingJob.model_validate(
+        {
+            "apiVersion": "kubegan.io/v1alpha1",
+            "kind": "GANTrainingJob",
+            "metadata": {"name": "g", "namespace": "ml"},
+            "spec": spec(workers=3, gpusPerWorker=8).model_dump(by_alias=True),
+        }
+    )
+    p = plan(job.spec, build_inventory([free, going]), pools=[template(nodepool())])
+    assert (p.nodes, p.new_nodes, p.avoid_hosts) == (("a100-free",), 2, ("host-of-going",))
+    assert p.from_json(p.to_json()) == p
+    for i in range(p.workers):
+        terms = render_pod(job, p, i)["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        avoid = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["host-of-going"]}
+        assert terms and all(avoid in t["matchExpressions"] for t in terms), terms
+    # Nothing deleting, nothing avoided: the plan and the pods are as before.
+    q = plan(job.spec, build_inventory([free]), pools=[template(nodepool())])
+    assert q.avoid_hosts == () and "avoidHosts" not in q.to_json()
+    assert "NotIn" not in str(render_pod(job, q, 0)["spec"]["affinity"])
