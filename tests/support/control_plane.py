@@ -28,6 +28,9 @@ HACK = ROOT / "hack"
 ATTEMPTS = 3
 # What cluster-up.sh and the components print when a port was taken between choice and bind.
 PORT_TAKEN = ("address already in use", "is in use by another process")
+# What cluster-up.sh prints when a component died while starting (seen once: etcd, on a machine
+# at load 8, its log gone with the failed start's folder): tried again, its log kept first.
+DIED_STARTING = "exited while waiting for"
 
 
 def control_plane_ports() -> dict[str, str]:
@@ -40,6 +43,16 @@ def control_plane_ports() -> dict[str, str]:
         "KUBEGAN_KCM_PORT": str(kcm),
         "KUBEGAN_SCHEDULER_PORT": str(scheduler),
     }
+
+
+def component_logs(cluster_dir: Path, lines: int = 15) -> str:
+    """The last lines of each component's log, to say why a start failed."""
+    logs = sorted((cluster_dir / "logs").glob("*.log")) if (cluster_dir / "logs").is_dir() else []
+    tails = []
+    for log in logs:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        tails.append(f"--- {log.name} (last {len(tail)} lines)\n" + "\n".join(tail))
+    return "\n".join(tails)
 
 
 def lost_port_race(output: str, cluster_dir: Path) -> bool:
@@ -74,12 +87,15 @@ def cluster_up(
             return started
         output = proc.stdout[-4000:] + proc.stderr[-4000:]
         race = lost_port_race(output, cluster_dir)
+        died = DIED_STARTING in output
+        output += "\n" + component_logs(cluster_dir)
         # Whatever it started before failing goes too: a start that failed late (applying the
         # CRDs, say) had left a whole control plane running with nothing to stop it.
         cluster_down(started)
-        if not race:
+        if not (race or died):
             break
-        on_retry(f"control plane start {attempt} lost a port race; trying other ports")
+        why = "lost a port race" if race else "had a component die while starting"
+        on_retry(f"control plane start {attempt} {why}; trying again on other ports")
     raise AssertionError(f"hack/cluster-up.sh failed:\n{output}")
 
 
