@@ -1,13 +1,18 @@
-"""A TensorFlow worker imports TensorFlow without Keras's unused optional packages, and those
-packages still import afterwards (the digits loader needs scikit-learn)."""
+"""What every TensorFlow worker start (and restart) pays: TensorFlow imported without Keras's
+unused optional packages, which still import afterwards (the digits loader needs
+scikit-learn); the train step traced without autograph for the built-in models, with it for a
+user's model, which may branch on tensors."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from tests.trainer.tf.tfutil import REPO
+import pytest
+
+from tests.trainer.tf.tfutil import REPO, tf_config, trainer
 
 PROBE = """
 import json, sys
@@ -43,3 +48,14 @@ def test_tensorflow_loads_without_keras_extras_and_they_import_later() -> None:
     assert seen["keras_sees_pandas"] is True
     assert seen["keras_sees_sklearn"] is False
     assert seen["digits"] == [1797, 64]
+
+
+@pytest.mark.parametrize(
+    ("model", "entrypoint", "autograph"),
+    [("dcgan", "", False), ("custom", "tests.trainer.tf.custom_models:tiny_pair", True)],
+)
+def test_autograph_converts_only_a_users_model(
+    tmp_path: Path, model: str, entrypoint: str, autograph: bool
+) -> None:
+    built = trainer(tf_config(model, entrypoint=entrypoint), tmp_path)
+    assert built._train_step._autograph is autograph

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import keras
 import numpy as np
 import tensorflow as tf
-from kubegan_api.sections import TrainerConfig
+from kubegan_api.sections import ModelName, TrainerConfig
 
 from kubegan_trainer.backends.tf.ckpt import STATE_PREFIX
 from kubegan_trainer.storage.store import CheckpointRef
@@ -62,7 +62,8 @@ def export_generator(trainer: Trained, ref: CheckpointRef, out: Path) -> dict[st
     names = sorted(inputs)
     specs = [tf.TensorSpec([None, *inputs[k].shape[1:]], inputs[k].dtype, name=k) for k in names]
 
-    @tf.function(input_signature=specs)
+    # As the train step (loop.py): autograph only for a user's model.
+    @tf.function(input_signature=specs, autograph=trainer.config.model.name == ModelName.custom)
     def serve(*args: tf.Tensor) -> dict[str, tf.Tensor]:
         images = task.generate(dict(zip(names, args, strict=True)), training=False)
         return {"images": tf.cast(images, tf.float32)}
