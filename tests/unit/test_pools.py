@@ -123,12 +123,12 @@ def test_a_pools_free_node_is_used_and_only_the_rest_is_added() -> None:
 
 
 def test_no_worker_of_a_scale_up_is_pinned_by_field() -> None:
-    """Karpenter refuses pods whose affinity has matchFields: a gang waiting for it is pinned
-    to the pool only, even the workers planned on the pool's free node."""
-    existing = node(
-        "a100-node-1", 8, accelerator="nvidia-tesla-a100", pool="a100-spot", spot=True,
-        taints=[GPU_TAINT],
-    )  # fmt: skip
+    """Karpenter refuses pods whose affinity has matchFields or requires the hostname label: a
+    gang waiting for it is pinned to the pool only, even the workers planned on the pool's free
+    node, and even with a node of the pool being deleted (Karpenter reclaiming it)."""
+    kw = {"accelerator": "nvidia-tesla-a100", "pool": "a100-spot", "spot": True}
+    existing = node("a100-node-1", 8, taints=[GPU_TAINT], **kw)
+    going = node("a100-node-2", 8, taints=[GPU_TAINT], deleting=True, **kw)
     job = GANTrainingJob.model_validate(
         {
             "apiVersion": "kubegan.io/v1alpha1",
@@ -137,11 +137,18 @@ def test_no_worker_of_a_scale_up_is_pinned_by_field() -> None:
             "spec": spec(workers=2, gpusPerWorker=8).model_dump(by_alias=True),
         }
     )
-    p = plan(job.spec, build_inventory([existing]), pools=[template(nodepool())])
+    p = plan(job.spec, build_inventory([existing, going]), pools=[template(nodepool())])
     assert p.nodes == ("a100-node-1",) and p.new_nodes == 1
     pods = [render_pod(job, p, i) for i in range(p.workers)]
     assert len(pods) == 2
     assert "matchFields" not in str(pods)
+    # Nor by the hostname label: Karpenter refuses a pod that requires kubernetes.io/hostname
+    # ("might interfere with the internal provisioning logic"), In or NotIn.
+    for pod in pods:
+        required = pod["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert "kubernetes.io/hostname" not in str(required), required
 
 
 def test_spot_pools_first_then_the_cheaper() -> None:
@@ -241,34 +248,3 @@ def test_a_bad_pools_file_is_one_line_naming_the_field(
 def test_from_declared_refuses_a_non_list() -> None:
     with pytest.raises(ValueError, match="expected a list"):
         from_declared({"name": "x"})
-
-
-def test_workers_waiting_for_new_nodes_avoid_the_pools_nodes_being_deleted() -> None:
-    """A node of the pool deleted a moment ago (Karpenter's finalizer still running, its
-    NoSchedule taint not yet there) looks free to the scheduler: the gang waiting for new
-    nodes must not be bound to it, or it is evicted at once and counts a second preemption."""
-    kw = {"accelerator": "nvidia-tesla-a100", "pool": "a100-spot", "spot": True}
-    free = node("a100-free", 8, taints=[GPU_TAINT], **kw)
-    going = node("a100-going", 8, taints=[GPU_TAINT], deleting=True, labels={
-        "kubernetes.io/hostname": "host-of-going"}, **kw)  # fmt: skip
-    job = GANTrainingJob.model_validate(
-        {
-            "apiVersion": "kubegan.io/v1alpha1",
-            "kind": "GANTrainingJob",
-            "metadata": {"name": "g", "namespace": "ml"},
-            "spec": spec(workers=3, gpusPerWorker=8).model_dump(by_alias=True),
-        }
-    )
-    p = plan(job.spec, build_inventory([free, going]), pools=[template(nodepool())])
-    assert (p.nodes, p.new_nodes, p.avoid_hosts) == (("a100-free",), 2, ("host-of-going",))
-    assert p.from_json(p.to_json()) == p
-    for i in range(p.workers):
-        terms = render_pod(job, p, i)["spec"]["affinity"]["nodeAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ]["nodeSelectorTerms"]
-        avoid = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["host-of-going"]}
-        assert terms and all(avoid in t["matchExpressions"] for t in terms), terms
-    # Nothing deleting, nothing avoided: the plan and the pods are as before.
-    q = plan(job.spec, build_inventory([free]), pools=[template(nodepool())])
-    assert q.avoid_hosts == () and "avoidHosts" not in q.to_json()
-    assert "NotIn" not in str(render_pod(job, q, 0)["spec"]["affinity"])

@@ -30,8 +30,6 @@ def node_affinity(job: GANTrainingJob, plan: Plan, node: str | None = None) -> d
     base: list[dict[str, Any]] = []
     if plan.pool:
         base.append({"key": plan.pool_label, "operator": "In", "values": [plan.pool]})
-    if plan.avoid_hosts:  # nodes being deleted, which the scheduler still sees free
-        base.append({"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(plan.avoid_hosts)})
     tpu = job.spec.resources.tpu
     if tpu is not None:
         base.append({"key": TPU_ACCELERATOR_LABEL, "operator": "In", "values": [tpu.accelerator]})

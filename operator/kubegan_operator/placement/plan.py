@@ -32,10 +32,6 @@ class Plan:
     # How many more nodes the pool's limits let it add now (None: no limits). The planner
     # names the limits rather than enforce them; an elastic job reads them (decide/elastic.py).
     pool_room: int | None = None
-    # The hostnames of the pool's nodes being deleted when planned: the scheduler still sees
-    # them free (the autoscaler's NoSchedule taint comes moments later), so a worker waiting
-    # for a new node could be bound there and evicted at once (manifests/affinity.py).
-    avoid_hosts: tuple[str, ...] = ()
     # What each worker requests when the job names no cpu/memory (placement.worker_share);
     # "" where the job names its own, or no node's shape is known.
     cpu_per_worker: str = ""
@@ -62,7 +58,6 @@ class Plan:
                     "poolSource": self.pool_source,
                     "poolLimits": self.pool_limits,
                     **({"poolRoom": self.pool_room} if self.pool_room is not None else {}),
-                    **({"avoidHosts": list(self.avoid_hosts)} if self.avoid_hosts else {}),
                 }
                 if self.new_nodes
                 else {}
@@ -92,7 +87,6 @@ class Plan:
             pool_source=str(data.get("poolSource", "")),
             pool_limits=str(data.get("poolLimits", "")),
             pool_room=None if data.get("poolRoom") is None else int(data["poolRoom"]),
-            avoid_hosts=tuple(str(h) for h in data.get("avoidHosts") or ()),
             cpu_per_worker=str(data.get("cpuPerWorker", "")),
             memory_per_worker=str(data.get("memoryPerWorker", "")),
         )

@@ -26,7 +26,6 @@ from kubegan_operator.foundation.pools import (
     room_for,
 )
 from kubegan_operator.foundation.topology import (
-    HOSTNAME_LABEL,
     Inventory,
     NodeInfo,
     Taint,
@@ -259,9 +258,6 @@ def _plan_on_pool(
             result,
             nodes=real,
             new_nodes=result.workers - len(real),
-            avoid_hosts=tuple(
-                sorted(n.labels.get(HOSTNAME_LABEL) or n.name for n in existing if n.deleting)
-            ),
             pool=pool.name,
             pool_label=pool.pool_label,
             pool_source=pool.source,
