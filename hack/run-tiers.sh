@@ -7,15 +7,11 @@
 # install-addons: Karpenter and Kueue; images), or `after:<step>`,
 # which waits until another lane's step has passed. The lanes run side by side. The default:
 #
-#   unit, trainer-rest                     need only .venv
+#   unit, trainer                          need only .venv
 #   install-control-plane, install-addons, the control plane, Karpenter and Kueue
-#     helm, monitoring, cluster, trainer-tf
+#     helm, monitoring, cluster
 #   after:install-control-plane, images,   the control plane and node binaries, the images
 #     e2e                                  (not the add-ons: they build beside the images)
-#
-# The trainer tier runs as two steps (make test-trainer-rest: tests/trainer without tests/
-# trainer/tf; make test-trainer-tf), because run whole it was the last step left running,
-# with a core idle: its TensorFlow half goes last in the lane that finishes first.
 #
 # So a new machine builds its control plane while the unit and trainer tiers run, and the
 # tiers that mostly wait (a control plane, kubelets, containers) run beside the ones that
@@ -37,8 +33,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-LANES="${KUBEGAN_TEST_LANES:-unit,trainer-rest install-control-plane,install-addons,helm,monitoring,cluster,trainer-tf after:install-control-plane,images,e2e}"
-TIERS=" unit trainer trainer-rest trainer-tf helm monitoring cluster e2e "
+LANES="${KUBEGAN_TEST_LANES:-unit,trainer install-control-plane,install-addons,helm,monitoring,cluster after:install-control-plane,images,e2e}"
+TIERS=" unit trainer helm monitoring cluster e2e "
 LOGS="${KUBEGAN_TEST_LOGS:-.test-logs}"
 mkdir -p "$LOGS"
 : > "$LOGS/summary"
