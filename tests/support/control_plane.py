@@ -45,11 +45,15 @@ def control_plane_ports() -> dict[str, str]:
     }
 
 
+def _log_files(cluster_dir: Path) -> list[Path]:
+    logs = cluster_dir / "logs"
+    return sorted(logs.glob("*.log")) if logs.is_dir() else []
+
+
 def component_logs(cluster_dir: Path, lines: int = 15) -> str:
     """The last lines of each component's log, to say why a start failed."""
-    logs = sorted((cluster_dir / "logs").glob("*.log")) if (cluster_dir / "logs").is_dir() else []
     tails = []
-    for log in logs:
+    for log in _log_files(cluster_dir):
         tail = log.read_text(errors="replace").splitlines()[-lines:]
         tails.append(f"--- {log.name} (last {len(tail)} lines)\n" + "\n".join(tail))
     return "\n".join(tails)
@@ -57,8 +61,7 @@ def component_logs(cluster_dir: Path, lines: int = 15) -> str:
 
 def lost_port_race(output: str, cluster_dir: Path) -> bool:
     """Whether a failed start failed because a port was taken (its output or a component log)."""
-    logs = sorted((cluster_dir / "logs").glob("*.log")) if (cluster_dir / "logs").is_dir() else []
-    texts = [output] + [log.read_text(errors="replace")[-20000:] for log in logs]
+    texts = [output] + [log.read_text(errors="replace")[-20000:] for log in _log_files(cluster_dir)]
     return any(marker in text for text in texts for marker in PORT_TAKEN)
 
 

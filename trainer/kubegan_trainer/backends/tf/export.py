@@ -17,9 +17,10 @@ from typing import Any, Protocol
 import keras
 import numpy as np
 import tensorflow as tf
-from kubegan_api.sections import ModelName, TrainerConfig
+from kubegan_api.sections import TrainerConfig
 
 from kubegan_trainer.backends.tf.ckpt import STATE_PREFIX
+from kubegan_trainer.backends.tf.models import needs_autograph
 from kubegan_trainer.storage.store import CheckpointRef
 from kubegan_trainer.worker.export_spec import SPEC_FILE, generator_spec
 
@@ -62,8 +63,7 @@ def export_generator(trainer: Trained, ref: CheckpointRef, out: Path) -> dict[st
     names = sorted(inputs)
     specs = [tf.TensorSpec([None, *inputs[k].shape[1:]], inputs[k].dtype, name=k) for k in names]
 
-    # As the train step (loop.py): autograph only for a user's model.
-    @tf.function(input_signature=specs, autograph=trainer.config.model.name == ModelName.custom)
+    @tf.function(input_signature=specs, autograph=needs_autograph(trainer.config))
     def serve(*args: tf.Tensor) -> dict[str, tf.Tensor]:
         images = task.generate(dict(zip(names, args, strict=True)), training=False)
         return {"images": tf.cast(images, tf.float32)}

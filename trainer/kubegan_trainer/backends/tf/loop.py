@@ -35,11 +35,11 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
-from kubegan_api.sections import ModelName, TrainerConfig
+from kubegan_api.sections import TrainerConfig
 
 from kubegan_trainer.backends.tf.ckpt import TfCheckpoints
 from kubegan_trainer.backends.tf.data import ArraySource, InputSource, next_from
-from kubegan_trainer.backends.tf.models import GanTask, build_task
+from kubegan_trainer.backends.tf.models import GanTask, build_task, needs_autograph
 from kubegan_trainer.backends.tf.noise import KeyedDraws, micro_key
 from kubegan_trainer.backends.tf.optim import make_optimizer
 from kubegan_trainer.backends.tf.precision import uses_loss_scaling
@@ -152,12 +152,7 @@ class GanTrainer:
         self.phase_log: list[str] | None = None  # tests: the optimizer updates, in order
         # compile: XLA for each replica's compute (_phase); channelsLast has nothing to change
         # here, Keras is channels-last already.
-        # Autograph rewrites Python branches on tensors into graph ops. The step's own loops and
-        # branches, and the built-in models', are over values known at trace time, so for them
-        # it buys nothing and costs about 2 CPU s of every worker's start (and restart). A
-        # user's model (spec.model.entrypoint) may branch on tensors: it keeps autograph.
-        user_model = config.model.name == ModelName.custom
-        self._train_step = tf.function(self._distributed_step, autograph=user_model)
+        self._train_step = tf.function(self._distributed_step, autograph=needs_autograph(config))
 
     # ---- one step --------------------------------------------------------------------------
     def _phase(

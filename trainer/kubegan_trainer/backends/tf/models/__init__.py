@@ -43,4 +43,13 @@ def build_task(config: TrainerConfig, data: Shaped) -> GanTask:
     return build_from(MODELS, Framework.tensorflow, config, data)
 
 
-__all__ = ["MODELS", "Batch", "GanTask", "build_task"]
+def needs_autograph(config: TrainerConfig) -> bool:
+    """Whether the job's tf.functions (train step, exported serving function) are traced with
+    autograph, which rewrites Python branches on tensors into graph ops. The built-in models'
+    loops and branches are over values known at trace time, so for them it buys nothing and
+    costs about 2 CPU s of every worker's start (and restart). A user's model
+    (spec.model.entrypoint) may branch on tensors: it keeps autograph."""
+    return config.model.name == ModelName.custom
+
+
+__all__ = ["MODELS", "Batch", "GanTask", "build_task", "needs_autograph"]
