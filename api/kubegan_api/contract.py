@@ -96,6 +96,10 @@ ENV_NODE_RANK = "NODE_RANK"
 ENV_NPROC_PER_NODE = "NPROC_PER_NODE"
 ENV_TPU_WORKER_ID = "TPU_WORKER_ID"
 ENV_TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
+# How many compute threads a worker runs: torch (OpenMP) reads it, the TensorFlow trainer sizes
+# its thread pools by it. The operator sets it from the worker's CPU request; a pod template's
+# own value replaces it.
+ENV_CPU_THREADS = "OMP_NUM_THREADS"
 
 # What the trainer assumes when a variable is unset (a container started by hand).
 DEFAULT_JOB_NAME = "kubegan"

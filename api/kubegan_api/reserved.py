@@ -12,6 +12,7 @@ from kubegan_api.contract import (
     DATA_ROOT,
     ENV_ALLOW_HOST_PATH,
     ENV_ALLOWED_PRIORITY_CLASSES,
+    ENV_CPU_THREADS,
     ENV_PREFIX,
     JOB_NAME_LABEL,
     KUEUE_QUEUE_LABEL,
@@ -51,6 +52,9 @@ def _worker_env_names() -> tuple[str, ...]:
 
 
 RESERVED_ENV = _worker_env_names()
+# Variables the operator sets as defaults a job's pod template may replace (not refused): the
+# compute threads, which a user tunes to their model.
+TUNABLE_ENV = (ENV_CPU_THREADS,)
 # Keys kubegan and Kueue own on a worker; a job joins a Kueue queue by its own labels.
 RESERVED_KEY_PREFIXES = tuple(
     key.split("/", 1)[0] + "/" for key in (JOB_NAME_LABEL, KUEUE_QUEUE_LABEL)

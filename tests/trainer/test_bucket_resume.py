@@ -13,7 +13,7 @@ from pathlib import Path
 import obstore
 import pytest
 import yaml
-from kubegan_api.contract import ENV_CHECKPOINT_URI, EXIT_INTERRUPTED
+from kubegan_api.contract import ENV_CHECKPOINT_URI, ENV_CPU_THREADS, EXIT_INTERRUPTED
 from kubegan_trainer.storage import objstore
 
 from tests.support.s3_server import S3Server, s3_server_fixture
@@ -87,7 +87,7 @@ def test_kubegan_run_with_a_bucket_resumes_in_a_new_output_folder(
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     kubegan = str(Path(sys.executable).with_name("kubegan"))
-    run_env = {**os.environ, **env, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    run_env = {**os.environ, **env, "PYTHONPATH": str(REPO), ENV_CPU_THREADS: "1"}
 
     def run(out: str) -> subprocess.CompletedProcess[str]:
         cmd = [kubegan, "run", str(path), "--output", str(tmp_path / out)]

@@ -16,7 +16,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kubegan_api.contract import ENV_ACCUMULATION_STEPS, ENV_TF_LOGICAL_CPUS, EXIT_INTERRUPTED
+from kubegan_api.contract import (
+    ENV_ACCUMULATION_STEPS,
+    ENV_CPU_THREADS,
+    ENV_TF_LOGICAL_CPUS,
+    EXIT_INTERRUPTED,
+)
 from kubegan_api.sections import TrainerConfig
 
 from tests.trainer import hooked
@@ -64,7 +69,7 @@ def run(
     framework: str, out: Path, workers: int, accumulation: int, sigterm_at: str | None = None
 ) -> list[int]:
     """Workers of the hooked entry point (trace of every step's examples, final weights)."""
-    env = {"OMP_NUM_THREADS": "1", ENV_ACCUMULATION_STEPS: str(accumulation)}
+    env = {ENV_CPU_THREADS: "1", ENV_ACCUMULATION_STEPS: str(accumulation)}
     if framework == "tensorflow":
         env.update({ENV_TF_LOGICAL_CPUS: "", "TF_CPP_MIN_LOG_LEVEL": "2"})
     codes, logs = launch_workers(
@@ -143,7 +148,7 @@ def test_a_checkpoint_of_another_global_batch_is_refused_in_one_line(tmp_path: P
         elastic_config("pytorch"),
         out,
         workers=1,
-        env={"OMP_NUM_THREADS": "1", ENV_ACCUMULATION_STEPS: "1"},
+        env={ENV_CPU_THREADS: "1", ENV_ACCUMULATION_STEPS: "1"},
         python_path=REPO,
         timeout=300,
     )
@@ -172,7 +177,7 @@ def test_kubegan_run_workers_runs_an_elastic_job_smaller_with_the_same_global_ba
     doc = {"apiVersion": "kubegan.io/v1alpha1", "kind": "GANTrainingJob"}
     job.write_text(json.dumps({**doc, "metadata": {"name": "el"}, "spec": spec}))
     cli = [sys.executable, "-m", "kubegan_operator.entry.cli", "run", str(job)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), ENV_CPU_THREADS: "1"}
     done = subprocess.run(
         [*cli, "--output", str(out), "--workers", "1"],
         capture_output=True,

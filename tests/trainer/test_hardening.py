@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from kubegan_api.contract import ENV_CPU_THREADS
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data import files
 from kubegan_trainer.worker.worker_metrics import MetricsLog
@@ -151,7 +152,7 @@ def kubegan_run(job: Path, out: Path, timeout: float = 120) -> subprocess.Comple
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "PYTHONPATH": str(REPO), ENV_CPU_THREADS: "1"},
         check=False,
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubegan_api.contract import ENV_OUTPUT_DIR
+from kubegan_api.contract import ENV_CPU_THREADS, ENV_OUTPUT_DIR
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.launch.local_run import run_local
 from kubegan_trainer.launch.resume_config import HISTORY_FILE, record_config
@@ -178,7 +178,7 @@ def _listening_addresses(port: int) -> set[str]:
 
 
 def _launch(job: Path, out: Path) -> subprocess.Popen[str]:
-    return start_kubegan_run(job, out, {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    return start_kubegan_run(job, out, {"PYTHONPATH": str(REPO), ENV_CPU_THREADS: "1"})
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG")

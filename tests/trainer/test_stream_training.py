@@ -18,7 +18,12 @@ import numpy as np
 import obstore
 import pytest
 import yaml
-from kubegan_api.contract import ENV_AWS_ENDPOINT_URL, EXIT_INTERRUPTED, EXIT_USER_ERROR
+from kubegan_api.contract import (
+    ENV_AWS_ENDPOINT_URL,
+    ENV_CPU_THREADS,
+    EXIT_INTERRUPTED,
+    EXIT_USER_ERROR,
+)
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.data.stream import ShardPlan, rank_shards
 from kubegan_trainer.storage import objstore
@@ -224,7 +229,7 @@ with single_rank_trainer(cfg, out, dataset=data, shards=plan if mode == "stream"
 
 
 def _train_peak(folder: Path, out: Path, mode: str = "stream") -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), ENV_CPU_THREADS: "1"}
     done = subprocess.run(
         [sys.executable, "-c", PEAK, str(folder), str(out), mode],
         capture_output=True, text=True, env=env, timeout=500, check=False,
@@ -299,7 +304,7 @@ def test_kubegan_run_streams_a_job_whose_data_is_in_a_bucket(s3: S3Server, tmp_p
     path.write_text(yaml.safe_dump(job))
     env = {k: v for k, v in os.environ.items() if k != ENV_AWS_ENDPOINT_URL}
     env.update({k: v for k, v in s3.env().items() if k != ENV_AWS_ENDPOINT_URL})
-    env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    env.update({"PYTHONPATH": str(REPO), ENV_CPU_THREADS: "1"})
     kubegan = str(Path(sys.executable).with_name("kubegan"))
     cmd = [kubegan, "run", str(path), "--output", str(tmp_path / "out")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)

@@ -12,6 +12,7 @@ import torch
 from kubegan_api.contract import (
     ENV_CHECKPOINT_DIR,
     ENV_CONFIG,
+    ENV_CPU_THREADS,
     ENV_METRICS_PORT,
     ENV_OUTPUT_DIR,
     EXIT_INTERRUPTED,
@@ -90,7 +91,7 @@ def run_workers(
         cfg,
         output,
         workers=workers,
-        env={**(extra_env or {}), "OMP_NUM_THREADS": "1"},
+        env={**(extra_env or {}), ENV_CPU_THREADS: "1"},
         python_path=REPO,
         timeout=timeout,
         command=command,

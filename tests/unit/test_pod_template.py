@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from kubegan_api import contract
-from kubegan_api.reserved import KUBEGAN_MOUNTS, RESERVED_ENV
+from kubegan_api.reserved import KUBEGAN_MOUNTS, RESERVED_ENV, TUNABLE_ENV
 from kubegan_api.spec import decode_job
 from kubegan_operator.decide.reconcile import reconcile
 from kubegan_operator.entry.cli import main
@@ -234,7 +234,42 @@ def test_reserved_names_are_what_a_worker_has() -> None:
     job = decode_job(merge_patch(BASE, {"spec": {"data": {"claimName": "d"}, "podTemplate": {}}}))
     (pod, *_) = [o for o in render_all(job, static_plan(job.spec)) if o["kind"] == "Pod"]
     env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
-    assert {n for n in env if not n.startswith(contract.ENV_PREFIX)} <= set(RESERVED_ENV)
+    ours = {n for n in env if not n.startswith(contract.ENV_PREFIX)}
+    assert ours <= set(RESERVED_ENV) | set(TUNABLE_ENV)
+    assert not set(RESERVED_ENV) & set(TUNABLE_ENV)
     assert {v["name"] for v in pod["spec"]["volumes"]} == set(KUBEGAN_MOUNTS)
     mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert mounts == set(KUBEGAN_MOUNTS.values())
+
+
+def _trainer_env(spec_patch: dict[str, Any]) -> list[dict[str, Any]]:
+    job = decode_job(merge_patch(BASE, {"spec": spec_patch}))
+    (pod, *_) = [o for o in render_all(job, static_plan(job.spec)) if o["kind"] == "Pod"]
+    return pod["spec"]["containers"][0]["env"]
+
+
+@pytest.mark.parametrize(
+    ("cpu", "threads"), [("500m", "1"), ("1", "1"), ("2500m", "2"), ("4", "4"), ("16", "16")]
+)
+def test_a_worker_runs_a_thread_per_whole_cpu_it_requests(cpu: str, threads: str) -> None:
+    env = _trainer_env({"resources": {"cpu": cpu}})
+    assert [e["value"] for e in env if e["name"] == contract.ENV_CPU_THREADS] == [threads]
+
+
+def test_a_pod_templates_threads_replace_kubegans_and_nothing_else_does() -> None:
+    theirs = [{"name": contract.ENV_CPU_THREADS, "value": "3"}, {"name": "TEAM", "value": "gan"}]
+    env = _trainer_env({"resources": {"cpu": "4"}, "podTemplate": {"spec": {"env": theirs}}})
+    named = [e["name"] for e in env]
+    assert named.count(contract.ENV_CPU_THREADS) == 1, named
+    assert {"name": contract.ENV_CPU_THREADS, "value": "3"} in env
+    assert {"name": "TEAM", "value": "gan"} in env
+    assert len(named) == len(set(named)), named
+
+
+@pytest.mark.parametrize(("framework", "threads"), [("pytorch", "4"), ("tensorflow", "16")])
+def test_a_torch_worker_splits_its_threads_between_its_gpu_processes(
+    framework: str, threads: str
+) -> None:
+    """A torch worker runs one process per GPU, a TensorFlow worker one for all of them."""
+    env = _trainer_env({"framework": framework, "resources": {"cpu": "16", "gpusPerWorker": 4}})
+    assert [e["value"] for e in env if e["name"] == contract.ENV_CPU_THREADS] == [threads]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from kubegan_api import contract
-from kubegan_api.reserved import RESERVED_ENV, owned_label_key
+from kubegan_api.reserved import RESERVED_ENV, TUNABLE_ENV, owned_label_key
 from kubegan_api.spec import decode_job
 from kubegan_api.text import control_problem
 from kubegan_api.urls import CREDENTIALS_MESSAGE, endpoint_problems
@@ -416,7 +416,7 @@ def _jobs() -> list[dict[str, Any]]:
     ]
 
 
-def test_every_variable_a_rendered_worker_gets_is_reserved() -> None:
+def test_every_variable_a_rendered_worker_gets_is_reserved_or_a_tunable_default() -> None:
     seen: set[str] = set()
     for obj in _jobs():
         job = decode_job(obj)
@@ -424,7 +424,9 @@ def test_every_variable_a_rendered_worker_gets_is_reserved() -> None:
             seen |= {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     kinds = {contract.ENV_TF_CONFIG, contract.ENV_MASTER_ADDR, contract.ENV_TPU_WORKER_ID}
     assert {*kinds, *contract.BUCKET_CREDENTIAL_KEYS} <= seen
-    loose = {n for n in seen if n not in RESERVED_ENV and not n.startswith(contract.ENV_PREFIX)}
+    assert set(TUNABLE_ENV) <= seen
+    known = {*RESERVED_ENV, *TUNABLE_ENV}
+    loose = {n for n in seen if n not in known and not n.startswith(contract.ENV_PREFIX)}
     assert loose == set()
 
 

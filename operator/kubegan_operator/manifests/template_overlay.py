@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubegan_api.podtemplate import PodTemplateSpec
+from kubegan_api.reserved import TUNABLE_ENV
 
 
 def _tighter_security_context(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
@@ -23,7 +24,8 @@ def _tighter_security_context(ours: dict[str, Any], theirs: dict[str, Any]) -> d
 def apply_pod_template(pod: dict[str, Any], template: PodTemplateSpec) -> None:
     """Add a job's spec.podTemplate to one worker pod: labels and annotations (kubegan's own
     win), the pod fields, and for the trainer its env after kubegan's (the API refuses
-    kubegan's names, so nothing is overridden), mounts and a tighter securityContext.
+    kubegan's names; the compute threads, a default, take the template's value), mounts and
+    a tighter securityContext.
 
     The service account token stays unmounted (automountServiceAccountToken false): a
     workload-identity token reaches the trainer through a projected volume the template adds."""
@@ -39,7 +41,10 @@ def apply_pod_template(pod: dict[str, Any], template: PodTemplateSpec) -> None:
         spec["priorityClassName"] = t.priority_class_name
     spec["volumes"] = [*spec["volumes"], *(v.to_api() for v in t.volumes)]
     container = spec["containers"][0]
-    container["env"] = [*container["env"], *(e.to_api() for e in t.env)]
+    theirs = [e.to_api() for e in t.env]
+    # A default kubegan lets a user tune takes the template's value, not a duplicate behind it.
+    replaced = {e["name"] for e in theirs} & set(TUNABLE_ENV)
+    container["env"] = [*(e for e in container["env"] if e["name"] not in replaced), *theirs]
     container["volumeMounts"] = [*container["volumeMounts"], *(m.to_api() for m in t.volume_mounts)]
     if t.security_context is not None:
         container["securityContext"] = _tighter_security_context(

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kubegan_api.contract import ENV_CPU_THREADS
 
 from tests.trainer.tf.tfutil import REPO, tf_config, trainer
 
@@ -59,3 +60,32 @@ def test_autograph_converts_only_a_users_model(
 ) -> None:
     built = trainer(tf_config(model, entrypoint=entrypoint), tmp_path)
     assert built._train_step._autograph is autograph
+
+
+THREADS_PROBE = """
+import json, os, tensorflow as tf
+from kubegan_trainer.backends.tf.threads import size_thread_pools
+size_thread_pools(os.environ)
+tf.constant(1.0) + 1.0  # the runtime starts with its pools as sized
+print(json.dumps([tf.config.threading.get_intra_op_parallelism_threads(),
+                  tf.config.threading.get_inter_op_parallelism_threads()]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "pools"),
+    [
+        ({ENV_CPU_THREADS: "1"}, [1, 1]),
+        ({ENV_CPU_THREADS: "1", "TF_NUM_INTRAOP_THREADS": "2"}, [0, 0]),
+    ],
+)
+def test_tensorflows_pools_follow_the_workers_threads_unless_the_user_sized_them(
+    extra: dict[str, str], pools: list[int]
+) -> None:
+    """0 is TensorFlow's "not set": its own variables then decide, as the user asked."""
+    env = {"PYTHONPATH": f"{REPO / 'trainer'}:{REPO / 'api'}", "TF_CPP_MIN_LOG_LEVEL": "3", **extra}
+    done = subprocess.run(
+        [sys.executable, "-c", THREADS_PROBE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == pools

@@ -11,6 +11,7 @@ import numpy as np
 from kubegan_api.contract import (
     ENV_CHECKPOINT_DIR,
     ENV_CONFIG,
+    ENV_CPU_THREADS,
     ENV_METRICS_PORT,
     ENV_OUTPUT_DIR,
     ENV_TF_LOGICAL_CPUS,
@@ -116,7 +117,7 @@ def run_workers(
         env={
             ENV_TF_LOGICAL_CPUS: "",
             "TF_CPP_MIN_LOG_LEVEL": "2",
-            "OMP_NUM_THREADS": "1",
+            ENV_CPU_THREADS: "1",
             "TF_NUM_INTEROP_THREADS": "1",
             "TF_NUM_INTRAOP_THREADS": "1",
             **(extra_env or {}),

@@ -27,6 +27,7 @@ from kubegan_api.contract import (
     CHECKPOINT_SUBDIR,
     CONFIG_FILE,
     ENV_ACCUMULATION_STEPS,
+    ENV_CPU_THREADS,
     ENV_LOG_FILE,
     ENV_METRICS_ADDR,
     ENV_METRICS_PORT,
@@ -86,7 +87,7 @@ def worker_environments(
         env = dict(os.environ)
         env.pop(ENV_ACCUMULATION_STEPS, None)  # only ever this job's, never the shell's
         env.update(build_worker_env(topo))
-        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env.setdefault(ENV_CPU_THREADS, str(threads))
         env["PYTHONUNBUFFERED"] = "1"
         env[ENV_METRICS_ADDR] = LOCAL_ADDR  # what the banner promises: not the LAN
         env["TORCH_CPP_LOG_LEVEL"] = env.get("TORCH_CPP_LOG_LEVEL", "ERROR")

@@ -27,6 +27,9 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
     from kubegan_trainer.backends.tf.lean_import import import_tensorflow
 
     import_tensorflow()
+    from kubegan_trainer.backends.tf.threads import size_thread_pools
+
+    size_thread_pools(os.environ)
     from kubegan_trainer.backends.tf.data import StreamSource, is_tfrecord_path, make_source
     from kubegan_trainer.backends.tf.loop import GanTrainer
     from kubegan_trainer.backends.tf.precision import set_policy
