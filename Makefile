@@ -46,8 +46,9 @@ $(VENV)/.installed: pyproject.toml uv.lock hack/warm-bytecode.py | $(UV)
 
 # --- tests: one pytest marker and one target per tier (tests/README.md) ---
 # `make test` runs every tier, each in its own pytest process, in three lanes side by side
-# (hack/run-tiers.sh: unit, trainer | install-control-plane, install-addons, helm, monitoring,
-# cluster | images, e2e once install-control-plane is done), going on after a failed tier and
+# (hack/run-tiers.sh: unit, trainer-rest | install-control-plane, install-addons, helm,
+# monitoring, cluster, trainer-tf | images, e2e once install-control-plane is done; the trainer
+# tier in two halves, test-trainer-rest and test-trainer-tf), going on after a failed tier and
 # failing at the end with the list; KUBEGAN_TEST_LANES changes the lanes. Each tier stops what
 # it started before the next one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's control
 # plane, when it started it).
@@ -57,7 +58,7 @@ PYTEST := $(PY) -m pytest -q --durations=25
 # Inside `make test` the prerequisites were made once, before the first tier.
 INSTALL := $(if $(KUBEGAN_PREREQS_DONE),$(VENV)/.installed,install)
 IMAGES := $(if $(KUBEGAN_PREREQS_DONE),,images)
-.PHONY: test $(addprefix test-,$(TIERS))
+.PHONY: test $(addprefix test-,$(TIERS)) test-trainer-rest test-trainer-tf
 test: $(VENV)/.installed
 	@bash hack/run-tiers.sh
 
@@ -65,6 +66,12 @@ test-unit: $(VENV)/.installed
 	$(PYTEST) tests/unit
 test-trainer: $(VENV)/.installed
 	$(PYTEST) tests/trainer
+# The trainer tier in two pytest processes, for two lanes of `make test`: it is the longest
+# tier, and run whole it was the last one left, with a core idle.
+test-trainer-rest: $(VENV)/.installed
+	$(PYTEST) tests/trainer --ignore=tests/trainer/tf
+test-trainer-tf: $(VENV)/.installed
+	$(PYTEST) tests/trainer/tf
 test-helm: $(INSTALL)
 	$(PYTEST) tests/helm
 test-monitoring: $(INSTALL)
