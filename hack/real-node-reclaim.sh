@@ -42,10 +42,16 @@ node="$(node_name "$index")"; sock="$(node_run_dir "$index")/containerd.sock"
 
 mark notice
 log "$node: reclaim notice (grace ${grace}s)"
-kubectl taint node "$node" cloud.google.com/impending-node-termination=true:NoSchedule --overwrite >/dev/null
-# The pods bound to the node now, before anything changes them.
-pods="$(kubectl get pods -A --field-selector "spec.nodeName=$node" \
-  -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}')"
+# The taint and the list of the pods bound to the node (nothing changes that binding until they
+# are marked below) go to the apiserver beside the signals: on a loaded machine the two kubectl
+# calls took longer than the rest of an epoch of the e2e tier's jobs, and the SIGTERM is what
+# the trainer sees first on a cloud too.
+pods_file="$(mktemp)"; trap 'rm -f "$pods_file"' EXIT
+kubectl taint node "$node" cloud.google.com/impending-node-termination=true:NoSchedule --overwrite >/dev/null &
+taint_pid=$!
+kubectl get pods -A --field-selector "spec.nodeName=$node" \
+  -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}' >"$pods_file" &
+list_pid=$!
 
 # The kubelet goes down with the VM: stop it first, so it neither restarts containers nor
 # reports their exits as ordinary failures.
@@ -65,6 +71,9 @@ if [[ -n "$left" ]]; then
   for id in $left; do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
 fi
 mark stopped
+wait "$taint_pid" || die "could not taint $node"
+wait "$list_pid" || die "could not list the pods on $node"
+pods="$(cat "$pods_file")"
 
 # What the kubelet's shutdown manager writes for each pod it terminated.
 now="$(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -284,20 +284,25 @@ class BucketJob(Job):
 def spot_reclaim_mid_epoch(job: Job, nodes: Nodes) -> tuple[int, int]:
     """The spot-reclaim scenario for `job` (two workers, not yet applied): the node under one
     worker (not the operator's) is reclaimed inside epoch 3 (SIGTERM, GRACE_SECONDS, node
-    gone). The trainer commits a checkpoint at the next step; the job counts a preemption,
-    says it waits for a node, runs a new gang on the surviving node and node REPLACEMENT,
-    resumes at that step and succeeds with 1 preemption and 0 restarts. Returns the position
-    of that emergency checkpoint (epochs done, steps into the next)."""
+    gone; on a loaded machine the SIGTERM may come in epoch 4). The trainer commits a
+    checkpoint at the next step; the job counts a preemption, says it waits for a node, runs a
+    new gang on the surviving node and node REPLACEMENT, resumes at that step and succeeds
+    with 1 preemption and 0 restarts. Returns the position of that emergency checkpoint
+    (epochs done, steps into the next)."""
     job.apply()
     job.wait("Running", lambda st: st.get("phase") == "Running", 300)
-    job.wait_training(epoch=3, steps=(1, 4))
+    # Chosen while the gang runs (its pods stay where they are), so that nothing but the
+    # reclaim itself stands between the progress seen and the SIGTERM: an epoch of these jobs
+    # is 8 steps of well under a second each.
     victim = victim_node(job.cluster, job)
     survivor = next(n for n in job.worker_nodes().values() if n != victim)
+    job.wait_training(epoch=3, steps=(1, 3))
     times = nodes.reclaim(index_of(victim))
 
-    # The trainer's emergency checkpoint is inside epoch 3 (2 epochs done, 0 < step < 8).
+    # The trainer's emergency checkpoint is inside an epoch (0 < step < 8): epoch 3, or the
+    # next when the machine is so loaded that the SIGTERM comes after epoch 3's last step.
     emergency = job.checkpoints()[-1]
-    assert emergency[0] == 2 and 0 < emergency[1] < 8, job.checkpoints()
+    assert emergency[0] in (2, 3) and 0 < emergency[1] < 8, job.checkpoints()
     st = job.wait("the preemption counted", lambda st: st.get("preemptions") == 1 and st, 120)
     assert st["restarts"] == 0, st
     # One node is left and the job needs two: it waits for capacity and says so.
