@@ -31,10 +31,10 @@
 #
 # Each output line is prefixed with its step. The summary gives each step's result, minutes
 # and CPU minutes (on 2 cores the tiers share the CPU: while it is all busy, only fewer CPU
-# seconds shorten `make test`; a lane layout helps only where a core would sit idle), then each failed step's FAILED/ERROR lines and its first
-# assertion lines (CI keeps only the tail); the exit status is 1 when a step failed, after
-# every lane has run. A failed install step (or one a lane waits for) skips the rest of its
-# lane: its tiers are reported not run.
+# seconds shorten `make test`; a lane layout helps only where a core would sit idle), then
+# each failed step's FAILED/ERROR lines and its first assertion lines (CI keeps only the
+# tail); the exit status is 1 when a step failed, after every lane has run. A failed install
+# step (or one a lane waits for) skips the rest of its lane: its tiers are reported not run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
