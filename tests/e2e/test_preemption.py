@@ -142,6 +142,9 @@ def test_operator_killed_mid_training_changes_nothing_for_the_job(
     job.wait("Running", lambda st: st.get("phase") == "Running", 300)
     job.wait_training(epoch=2)
     workers = {p["metadata"]["uid"] for p in job.pods()}
+    # What the old operator wrote: read before the kill, for an epoch takes ~1.5 s and the job
+    # may end while the new operator starts (then the new one writes the end).
+    before = job.status().get("progress", {}).get("epoch", 0)
     (old,) = real_cluster.items("pods", OPERATOR_SELECTOR, ns=OPERATOR_NS)
     real_cluster.kubectl(
         "delete", "pod", "-n", OPERATOR_NS, old["metadata"]["name"], "--grace-period=1"
@@ -155,7 +158,6 @@ def test_operator_killed_mid_training_changes_nothing_for_the_job(
         )
 
     wait_for("a new operator pod Ready", new_operator_ready, timeout=180)
-    before = job.status().get("progress", {}).get("epoch", 0)
     job.wait(
         "progress after the hand-over",
         lambda st: st.get("progress", {}).get("epoch", 0) > before,
