@@ -25,6 +25,7 @@ from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.elastic import with_accumulation
 from kubegan_trainer.worker.entrypoints import load_entrypoint
+from kubegan_trainer.worker.lifeline import leave
 from kubegan_trainer.worker.logs import configure_logging
 from kubegan_trainer.worker.tpu_devices import missing_tpu
 
@@ -105,4 +106,4 @@ def main(hooks: Hooks | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

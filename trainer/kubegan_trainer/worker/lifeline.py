@@ -1,4 +1,4 @@
-"""Workers die with their launcher (Linux: the parent-death signal).
+"""Workers die with their launcher (Linux: the parent-death signal), and leave at once.
 
 `kubegan run` starts workers in their own session, so a terminal's hangup or Ctrl-C
 reaches only the launcher, which forwards a graceful SIGTERM. When the launcher itself
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 PR_SET_PDEATHSIG = 1
 
@@ -45,3 +47,15 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         # Without prctl the worker's own launcher still terminates its children.
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def leave(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown. With torch loaded it takes 0.3-0.8 s, and a
+    gang restart waits for every old worker's exit. Nothing is lost: by now every file the
+    trainer wrote is closed (its appends are unbuffered `os.write`s), and its threads are
+    daemons that interpreter exit would not wait for either."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
+            stream.flush()
+    os._exit(code)

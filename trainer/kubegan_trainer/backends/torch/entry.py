@@ -92,7 +92,7 @@ def _rendezvous(env: ClusterEnv, backend: str, rank: int, world: int, timeout: t
 
 
 def _child(env: ClusterEnv, config: TrainerConfig, local_rank: int, hooks=None) -> None:  # type: ignore[no-untyped-def]
-    from kubegan_trainer.worker.lifeline import die_with_parent
+    from kubegan_trainer.worker.lifeline import die_with_parent, leave
     from kubegan_trainer.worker.logs import configure_logging
 
     die_with_parent()  # a rank must not outlive its worker process
@@ -102,7 +102,7 @@ def _child(env: ClusterEnv, config: TrainerConfig, local_rank: int, hooks=None) 
     except TrainerError as err:
         print(f"kubegan-trainer: error: {err}", file=sys.stderr, flush=True)
         code = EXIT_USER_ERROR
-    sys.exit(code)
+    leave(code)
 
 
 def worker(
