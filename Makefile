@@ -47,8 +47,9 @@ $(VENV)/.installed: pyproject.toml uv.lock hack/warm-bytecode.py | $(UV)
 # --- tests: one pytest marker and one target per tier (tests/README.md) ---
 # `make test` runs every tier, each in its own pytest process, in three lanes side by side
 # (hack/run-tiers.sh: unit, trainer-rest | install-control-plane, install-addons, helm,
-# monitoring, cluster, trainer-tf | images, e2e once install-control-plane is done; the trainer
-# tier in two halves, test-trainer-rest and test-trainer-tf), going on after a failed tier and
+# monitoring, cluster | images, e2e once install-control-plane is done; the trainer tier in two
+# halves, test-trainer-rest and then test-trainer-tf in whichever of the first two lanes is
+# free first), going on after a failed tier and
 # failing at the end with the list; KUBEGAN_TEST_LANES changes the lanes. Each tier stops what
 # it started before the next one starts (KUBEGAN_STOP_CLUSTER: the cluster tier's control
 # plane, when it started it).

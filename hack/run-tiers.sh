@@ -4,19 +4,22 @@
 # A lane is a list of steps run one after the other: a tier (unit, trainer, helm, monitoring,
 # cluster, e2e: `make test-<tier>`), a make target that later tiers of the lane need
 # (install-control-plane: Debian packages, the control plane and the real nodes' binaries;
-# install-addons: Karpenter and Kueue; images), or `after:<step>`,
-# which waits until another lane's step has passed. The lanes run side by side. The default:
+# install-addons: Karpenter and Kueue; images), `after:<step>`, which waits until another
+# lane's step has passed, or `any:<step>`, a step that several lanes offer to run: the first
+# lane to reach it runs it, the others go on. The lanes run side by side. The default:
 #
-#   unit, trainer-rest                     need only .venv
+#   unit, trainer-rest, any:trainer-tf     need only .venv
 #   install-control-plane, install-addons, the control plane, Karpenter and Kueue
-#     helm, monitoring, cluster, trainer-tf
+#     helm, monitoring, cluster,
+#     any:trainer-tf
 #   after:install-control-plane, images,   the control plane and node binaries, the images
 #     e2e                                  (not the add-ons: they build beside the images)
 #
 # The trainer tier runs as two steps (make test-trainer-rest: tests/trainer without tests/
 # trainer/tf; make test-trainer-tf), because run whole it was the last step left, for nine
-# minutes with the CPU 33-77 % busy: its TensorFlow half goes last in the second lane, which
-# (like the e2e lane) ends about ten minutes before the first.
+# minutes with the CPU 33-77 % busy. Its TensorFlow half goes to the lane that is free first:
+# with warm caches the second lane (its cluster tier ends minutes before trainer-rest); on a
+# new machine the first (the second is still building Go binaries then).
 #
 # So a new machine builds its control plane while the unit and trainer tiers run, and the
 # tiers that mostly wait (a control plane, kubelets, containers) run beside the ones that
@@ -38,11 +41,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-LANES="${KUBEGAN_TEST_LANES:-unit,trainer-rest install-control-plane,install-addons,helm,monitoring,cluster,trainer-tf after:install-control-plane,images,e2e}"
+LANES="${KUBEGAN_TEST_LANES:-unit,trainer-rest,any:trainer-tf install-control-plane,install-addons,helm,monitoring,cluster,any:trainer-tf after:install-control-plane,images,e2e}"
 TIERS=" unit trainer trainer-rest trainer-tf helm monitoring cluster e2e "
 LOGS="${KUBEGAN_TEST_LOGS:-.test-logs}"
 mkdir -p "$LOGS"
 : > "$LOGS/summary"
+rm -rf "$LOGS"/.claimed.*
 
 children_cpu() {  # children_cpu <var>: CPU seconds (user + system) of this lane's finished children
   # `times` in this shell, not in $(...): a forked subshell starts with no children's usage.
@@ -78,7 +82,8 @@ run_step() {  # run_step <step>: "<step> <passed|FAILED> <seconds> <CPU seconds>
 wait_for() {  # wait_for <step>: until another lane's step is in the summary; fails unless it passed
   local step="$1"
   # A step no lane runs is not waited for (KUBEGAN_TEST_LANES without it).
-  [[ " ${LANES//,/ } " == *" $step "* ]] || return 0
+  local offered=" ${LANES//,/ } "
+  [[ "${offered//any:/}" == *" $step "* ]] || return 0
   echo "=== waiting for $step ($(date +%H:%M:%S))"
   until grep -q "^$step " "$LOGS/summary"; do sleep 5; done
   grep -q "^$step passed " "$LOGS/summary"
@@ -92,6 +97,11 @@ run_lane() {  # run_lane <step,step,...>
       wait_for "${step#after:}" && continue
       echo "=== ${step#after:} failed: the rest of its lane does not run"
       return
+    fi
+    if [[ "$step" == any:* ]]; then
+      step="${step#any:}"
+      # mkdir is atomic: exactly one lane claims the step.
+      mkdir "$LOGS/.claimed.$step" 2>/dev/null || continue
     fi
     if ! run_step "$step" && [[ "$TIERS" != *" $step "* ]]; then
       echo "=== $step failed: the rest of its lane does not run"
@@ -121,7 +131,9 @@ for lane in $LANES; do
   IFS=, read -ra steps <<< "$lane"
   for step in "${steps[@]}"; do
     [[ "$step" == after:* ]] && continue
-    grep -q "^$step " "$LOGS/summary" || failed+=" $step(not-run)"
+    step="${step#any:}"
+    grep -q "^$step " "$LOGS/summary" || [[ "$failed" == *" $step(not-run)"* ]] \
+      || failed+=" $step(not-run)"
   done
 done
 if [[ -n "$failed" ]]; then
