@@ -4,6 +4,9 @@ loopback interface unless the job names one (tests/trainer/test_listeners.py run
 
 from __future__ import annotations
 
+import socket
+import threading
+
 import pytest
 from kubegan_api import contract
 from kubegan_trainer.backends.torch.rendezvous import (
@@ -11,6 +14,7 @@ from kubegan_trainer.backends.torch.rendezvous import (
     all_local,
     is_loopback,
     local_collectives,
+    wait_for_store,
 )
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 
@@ -55,3 +59,39 @@ def test_the_collectives_go_to_loopback_unless_the_job_chose() -> None:
     elsewhere: dict[str, str] = {}
     local_collectives(elsewhere, "darwin")  # no interface named lo there: left to gloo
     assert elsewhere == {}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((contract.LOCAL_ADDR, 0))
+        return s.getsockname()[1]
+
+
+def test_a_rank_waits_for_a_store_that_listens_late() -> None:
+    port = free_port()
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    accepted: list[socket.socket] = []
+
+    def listen_later() -> None:
+        server.bind((contract.LOCAL_ADDR, port))
+        server.listen(1)
+        accepted.append(server.accept()[0])
+
+    timer = threading.Timer(0.3, listen_later)
+    timer.start()
+    try:
+        assert wait_for_store(contract.LOCAL_ADDR, port, timeout=30.0) is True
+        timer.join(10)
+        assert len(accepted) == 1  # the probe reached the store, and only once
+    finally:
+        timer.cancel()
+        for conn in accepted:
+            conn.close()
+        server.close()
+
+
+@pytest.mark.parametrize("host", [contract.LOCAL_ADDR, "no-such-worker-0.invalid"])
+def test_a_rank_stops_waiting_at_the_deadline(host: str) -> None:
+    # Refused, or a name that does not resolve (yet): False, and torch's join says why.
+    assert wait_for_store(host, free_port(), timeout=0.2) is False

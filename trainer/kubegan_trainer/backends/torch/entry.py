@@ -22,10 +22,16 @@ from kubegan_api.contract import (
     ENV_NNODES,
     ENV_NPROC_PER_NODE,
     EXIT_USER_ERROR,
+    LOCAL_ADDR,
 )
 from kubegan_api.sections import TrainerConfig
 
-from kubegan_trainer.backends.torch.rendezvous import all_local, local_collectives, local_store
+from kubegan_trainer.backends.torch.rendezvous import (
+    all_local,
+    local_collectives,
+    local_store,
+    wait_for_store,
+)
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.signals import StopFlag
@@ -77,7 +83,12 @@ def _rendezvous(env: ClusterEnv, backend: str, rank: int, world: int, timeout: t
     (rendezvous.py), else at MASTER_ADDR:MASTER_PORT, which the other workers reach."""
     import torch.distributed as dist
 
-    if all_local(env):
+    assert env.master_addr and env.master_port is not None
+    local = all_local(env)
+    if rank != 0:  # where the store listens: loopback when every rank is local
+        host = LOCAL_ADDR if local else env.master_addr
+        wait_for_store(host, env.master_port, timeout.total_seconds())
+    if local:
         local_collectives()
         store = local_store(env, rank, world, timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)

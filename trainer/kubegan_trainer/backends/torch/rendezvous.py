@@ -17,6 +17,7 @@ import ipaddress
 import os
 import socket
 import sys
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +26,8 @@ from kubegan_api.contract import LOCAL_ADDR
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 
 LISTEN_BACKLOG = 128
+# How often a rank looks for rank 0's store before joining (wait_for_store).
+STORE_POLL_SECONDS = 0.05
 # The collectives' interface variables, set to loopback when every rank is local (Linux).
 LOOPBACK_INTERFACE = "lo"
 IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -87,3 +90,22 @@ def local_store(env: ClusterEnv, rank: int, world: int, timeout: timedelta) -> A
         multi_tenant=True,
         master_listen_fd=loopback_listener(port),
     )
+
+
+def wait_for_store(host: str, port: int, timeout: float) -> bool:
+    """Wait until rank 0's store accepts connections (True), or `timeout` seconds (False).
+
+    torch's store client tries again only a second after a refused connection or an address
+    that does not resolve yet (a new worker 0's DNS name), and after a gang restart every
+    rank starts at about the same time, so a rank that asks first lost up to that second.
+    Polled here every 50 ms, it joins as soon as the store listens. On False the caller
+    joins anyway and torch says what is wrong."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1.0).close()
+            return True
+        except OSError:  # refused, unreachable, or no such name yet
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(STORE_POLL_SECONDS)
