@@ -134,6 +134,24 @@ def test_disruptions_count_as_preemptions(how: str) -> None:
     assert ("Warning", "Preempted") in [(t, r) for t, r, _ in d.events]
 
 
+def test_ended_workers_are_deleted_at_once_and_live_ones_with_their_grace() -> None:
+    # A reclaim's first news: worker 1 stopped with 143 (its peer's SIGTERM) while worker 0 is
+    # still checkpointing. Nothing of an ended pod runs, so it goes at once; the live one gets
+    # its grace period, and is deleted again, at once, when it has ended too.
+    w = running_world()
+    live = copy.deepcopy(w.pods["g-worker-0"])
+    w.end(1, "Failed", code=EXIT_INTERRUPTED)
+    d = w.step()
+    assert w.status["phase"] == "Restarting"
+    assert dict(d.delete_pods) == {"g-worker-0": False, "g-worker-1": True}
+    live["metadata"]["deletionTimestamp"] = "2026-11-21T12:00:05Z"
+    w.pods = {"g-worker-0": live}
+    assert w.step().delete_pods == []  # still stopping: its kubelet has it
+    w.end(0, "Failed", code=EXIT_INTERRUPTED)
+    assert w.step().delete_pods == [("g-worker-0", True)]
+    assert not w.pods and w.status["preemptions"] == 1
+
+
 def test_a_stopped_workers_termination_message_names_the_last_checkpoint() -> None:
     w = running_world()
     w.end(1, "Failed", code=EXIT_INTERRUPTED)
