@@ -16,6 +16,7 @@ from kubegan_trainer.backends.torch.rendezvous import (
     local_collectives,
     wait_for_store,
 )
+from kubegan_trainer.launch import ports
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 
 
@@ -62,9 +63,7 @@ def test_the_collectives_go_to_loopback_unless_the_job_chose() -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((contract.LOCAL_ADDR, 0))
-        return s.getsockname()[1]
+    return ports.reserve_port()  # the project's one way to pick a port
 
 
 def test_a_rank_waits_for_a_store_that_listens_late() -> None:
