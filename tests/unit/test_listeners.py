@@ -62,12 +62,8 @@ def test_the_collectives_go_to_loopback_unless_the_job_chose() -> None:
     assert elsewhere == {}
 
 
-def free_port() -> int:
-    return ports.reserve_port()  # the project's one way to pick a port
-
-
 def test_a_rank_waits_for_a_store_that_listens_late() -> None:
-    port = free_port()
+    port = ports.reserve_port()
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     accepted: list[socket.socket] = []
@@ -93,4 +89,4 @@ def test_a_rank_waits_for_a_store_that_listens_late() -> None:
 @pytest.mark.parametrize("host", [contract.LOCAL_ADDR, "no-such-worker-0.invalid"])
 def test_a_rank_stops_waiting_at_the_deadline(host: str) -> None:
     # Refused, or a name that does not resolve (yet): False, and torch's join says why.
-    assert wait_for_store(host, free_port(), timeout=0.2) is False
+    assert wait_for_store(host, ports.reserve_port(), timeout=0.2) is False

@@ -50,7 +50,7 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 
 def leave(code: int) -> NoReturn:
-    """Exit without the interpreter's teardown. With torch loaded it takes 0.3-0.8 s, and a
+    """Exit without the interpreter's teardown. With torch loaded it takes 0.9 s, and a
     gang restart waits for every old worker's exit. Nothing is lost: by now every file the
     trainer wrote is closed (its appends are unbuffered `os.write`s), and its threads are
     daemons that interpreter exit would not wait for either."""

@@ -95,11 +95,11 @@ def local_store(env: ClusterEnv, rank: int, world: int, timeout: timedelta) -> A
 def wait_for_store(host: str, port: int, timeout: float) -> bool:
     """Wait until rank 0's store accepts connections (True), or `timeout` seconds (False).
 
-    torch's store client tries again only a second after a refused connection or an address
-    that does not resolve yet (a new worker 0's DNS name), and after a gang restart every
-    rank starts at about the same time, so a rank that asks first lost up to that second.
-    Polled here every 50 ms, it joins as soon as the store listens. On False the caller
-    joins anyway and torch says what is wrong."""
+    torch's store client tries again after a refused connection or an address that does not
+    resolve yet (a new worker 0's DNS name) only after a backoff that grows, and after a gang
+    restart every rank starts at about the same time, so a rank that asked first joined up to
+    1.4 s late. Polled here every 50 ms, it joins as soon as the store listens. On False the
+    caller joins anyway and torch says what is wrong."""
     deadline = time.monotonic() + timeout
     while True:
         try:
