@@ -27,6 +27,7 @@ from kubegan_trainer.worker.elastic import with_accumulation
 from kubegan_trainer.worker.entrypoints import load_entrypoint
 from kubegan_trainer.worker.lifeline import leave
 from kubegan_trainer.worker.logs import configure_logging
+from kubegan_trainer.worker.startup import mark
 from kubegan_trainer.worker.tpu_devices import missing_tpu
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def main(hooks: Hooks | None = None) -> int:
         no_tpu = missing_tpu(config, env)
         if no_tpu:
             raise TrainerError(no_tpu)
+        mark("config")
         return load_backend(config.framework.value).run(env, config, hooks=hooks)
     except TrainerError as err:
         print(f"kubegan-trainer: error: {redact_urls(str(err))}", file=sys.stderr, flush=True)

@@ -37,6 +37,7 @@ from kubegan_trainer.data.build import held_out_pairs
 from kubegan_trainer.storage import termination
 from kubegan_trainer.storage.retention import SCORE_KEY, Score
 from kubegan_trainer.storage.store import Position
+from kubegan_trainer.worker import startup
 from kubegan_trainer.worker.artifacts import RunArtifacts
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.intervals import CheckpointSchedule
@@ -196,6 +197,7 @@ class Driver:
 
     def _fit(self) -> int:
         start, self.state = self.b.resume()
+        startup.mark("checkpoint")
         self.last_saved = start if start != Position(0, 0) else None
         if self.artifacts is not None:
             self.artifacts.start(start.epoch)
@@ -244,6 +246,7 @@ class Driver:
         for step, batch in enumerate(self.b.batches(epoch0, first_step), start=first_step):
             t0 = time.perf_counter()
             r = self.b.step(batch, self._local_flags)
+            startup.CLOCK.first_step()
             st.g_sum = st.g_sum + r.g_loss
             st.d_sum = st.d_sum + r.d_loss
             st.steps += 1

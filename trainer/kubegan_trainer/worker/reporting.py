@@ -25,6 +25,7 @@ class Reporter:
         self.metrics_log = MetricsLog(output / "metrics.jsonl")
         self.metrics = TrainerMetrics(env.job_name, env.namespace) if chief else None
         self.progress = ProgressWriter(output) if chief else None
+        self.stepped = False  # a step since start(): the first is written at once
 
     def start(self, start: Position, steps_per_epoch: int, world_size: int) -> bool:
         """Serve metrics and announce where training (re)starts; True if already finished."""
@@ -62,7 +63,10 @@ class Reporter:
         if self.metrics is None or self.progress is None:
             return
         self.metrics.step_duration.observe(seconds)
-        self.progress.update(epoch=epoch0 + 1, step=step, steps=steps)
+        # The first step after a (re)start says the gang trains again: not held back by the
+        # writer's interval behind start()'s record (bench/e2e_preemption.py reads it).
+        self.progress.update(force=not self.stepped, epoch=epoch0 + 1, step=step, steps=steps)
+        self.stepped = True
 
     def checkpoint_written(self, seconds: float, pos: Position) -> None:
         if self.metrics is not None:

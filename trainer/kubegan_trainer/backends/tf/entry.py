@@ -12,6 +12,7 @@ from kubegan_api.sections import DataSource, MixedPrecision, ModelName, TrainerC
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.signals import StopFlag
+from kubegan_trainer.worker.startup import mark
 
 log = logging.getLogger("kubegan_trainer")
 
@@ -36,7 +37,9 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
     from kubegan_trainer.backends.tf.strategy import make_strategy
     from kubegan_trainer.data.build import shard_plan
 
-    info = make_strategy(config, env)
+    mark("framework")
+    info = make_strategy(config, env)  # the workers' cluster: TensorFlow's rendezvous
+    mark("rendezvous")
     if threading.current_thread() is threading.main_thread():
         stop.install()  # again: multi-worker set-up may have replaced the SIGTERM handler
     mode = config.training.mixed_precision
@@ -56,7 +59,10 @@ def build_trainer(config: TrainerConfig, env: ClusterEnv, stop: StopFlag, hooks=
         from kubegan_trainer.data import build_dataset
 
         source = make_source(build_dataset(config), config.training.seed, info.num_workers)
-    return GanTrainer(config, env, info, source, stop, hooks)
+    mark("data")
+    trainer = GanTrainer(config, env, info, source, stop, hooks)
+    mark("trainer")
+    return trainer
 
 
 def run(env: ClusterEnv, config: TrainerConfig, stop: StopFlag | None = None, hooks=None) -> int:  # type: ignore[no-untyped-def]

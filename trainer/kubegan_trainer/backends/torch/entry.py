@@ -35,6 +35,7 @@ from kubegan_trainer.backends.torch.rendezvous import (
 from kubegan_trainer.base.errors import TrainerError
 from kubegan_trainer.worker.cluster_env import ClusterEnv
 from kubegan_trainer.worker.signals import StopFlag
+from kubegan_trainer.worker.startup import mark
 
 log = logging.getLogger("kubegan_trainer")
 
@@ -130,6 +131,7 @@ def worker(
     from kubegan_trainer.data import build_dataset
     from kubegan_trainer.data.build import shard_plan
 
+    mark("framework")
     nproc = env.nproc_per_node
     rank = env.node_rank * nproc + local_rank
     world = env.world_size
@@ -147,6 +149,7 @@ def worker(
     task = build_task(config, dataset)
     # Different noise per rank (ranks see different data too); restored from checkpoints.
     rng.seed_all(config.training.seed + 1_000_003 * (rank + 1))
+    mark("data")
 
     backend = "nccl" if cuda else "gloo"
     if world > 1:
@@ -158,10 +161,12 @@ def worker(
         _rendezvous(env, backend, rank, world, timedelta(minutes=10))
     else:  # a one-rank group keeps ZeRO and the collectives uniform
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    mark("rendezvous")
     ctrl = dist.new_group(backend="gloo") if backend == "nccl" and world > 1 else None
     try:
         info = DistInfo(rank, world, local_rank, device, ctrl)
         trainer = GanTrainer(config, env, info, task, dataset, stop, hooks, shards)
+        mark("trainer")
         return trainer.fit()
     finally:
         dist.destroy_process_group()
