@@ -22,14 +22,15 @@ from kubegan_api.contract import (
     ENV_NNODES,
     ENV_NPROC_PER_NODE,
     EXIT_USER_ERROR,
-    LOCAL_ADDR,
 )
 from kubegan_api.sections import TrainerConfig
 
 from kubegan_trainer.backends.torch.rendezvous import (
     all_local,
+    join_host,
     local_collectives,
     local_store,
+    url_host,
     wait_for_store,
 )
 from kubegan_trainer.base.errors import TrainerError
@@ -86,9 +87,9 @@ def _rendezvous(env: ClusterEnv, backend: str, rank: int, world: int, timeout: t
 
     assert env.master_addr and env.master_port is not None
     local = all_local(env)
-    if rank != 0:  # where the store listens: loopback when every rank is local
-        host = LOCAL_ADDR if local else env.master_addr
-        wait_for_store(host, env.master_port, timeout.total_seconds())
+    host = join_host(env, rank)
+    if rank != 0:  # at the address that answered: a new worker 0's name may be stale
+        host = wait_for_store(host, env.master_port, timeout.total_seconds()) or host
     if local:
         local_collectives()
         store = local_store(env, rank, world, timeout)
@@ -96,7 +97,7 @@ def _rendezvous(env: ClusterEnv, backend: str, rank: int, world: int, timeout: t
         return
     dist.init_process_group(
         backend,
-        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        init_method=f"tcp://{url_host(host)}:{env.master_port}",
         rank=rank,
         world_size=world,
         timeout=timeout,
