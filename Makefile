@@ -111,7 +111,7 @@ bench-autoscale: install
 	nice -n 10 $(PY) bench/autoscale.py --runs 3
 # Spot reclaim on real nodes, measured: its own control plane and 3 real nodes (bench/README.md).
 bench-preemption: install images
-	nice -n 10 $(PY) bench/e2e_preemption.py --runs 3
+	nice -n 10 $(PY) bench/e2e_preemption.py --runs 7
 # Elastic vs fixed size through a spot stockout on 3 real nodes, its own control plane (bench/README.md).
 .PHONY: bench-elastic
 bench-elastic: install images

@@ -18,12 +18,18 @@ the local preset, and then `--runs` times:
      "stopped" (the node's containers gone), "marked" (its pods marked Failed, as the
      kubelet's shutdown manager would) and "gone" (its Node deleted); the old pods'
      containers exited, all marked for deletion, all gone; the new pods created, scheduled
-     (spec.nodeName), Running (pods polled every 50 ms); the new rank 0's process started
+     (spec.nodeName), Running (the job's pods from one `kubectl get pods -w`, looked at every
+     50 ms: a kubectl run per look cost about 0.08 CPU-s on the CPUs the new gang starts
+     on); the new rank 0's process started
      (its host pid from the node's containerd, /proc's start time); its rendezvous store
      listening (MASTER_PORT in /proc/<pid>/net/tcp*, polled: torch imported, data and
      models built); its first log line and its "resumed from" line (`kubectl logs
      --timestamps`: rendezvous and checkpoint load done); its first step past the resumed
      position (that progress.json record's "time"),
+   - each new worker's own start, from the line it logs with its first step (python and
+     config, framework import, data and models, rendezvous, trainer set-up, checkpoint,
+     first step; trainer/kubegan_trainer/worker/startup.py), and this bench's own CPU in
+     the window; both workers' logs are kept in bench/out/e2e_preemption/,
 4. lets the job finish and brings the reclaimed node back for the next run.
 
     make bench-preemption                       # = the line below
@@ -41,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,7 +57,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kubegan_api.contract import ATTEMPT_LABEL, ENV_MASTER_PORT  # noqa: E402
+from kubegan_api.contract import ATTEMPT_LABEL, ENV_MASTER_PORT, JOB_NAME_LABEL  # noqa: E402
+from kubegan_trainer.worker.startup import FIRST_STEP_PREFIX, PHASES  # noqa: E402
 
 from tests.e2e.jobs import Job, Nodes, index_of, resumed_at, victim_node  # noqa: E402
 from tests.support.real_nodes import (  # noqa: E402
@@ -114,6 +122,23 @@ class Measured:
     lost_s: float
     resumed_at: tuple[int, int]
     breakdown: dict[str, float | None] = field(default_factory=dict)
+    startup: list[dict[str, float]] = field(default_factory=list)  # per new rank
+    observer_cpu_s: float = 0.0  # this bench's CPU from the notice to the first step
+
+
+def startup_phases(log: str) -> dict[str, float]:
+    """A worker's "first step N s after the process started: <phase> <s>, ..." line (the
+    trainer's worker/startup.py) as {phase: seconds, "total": N}; {} without one."""
+    for line in log.splitlines():
+        head, _, phases = line.partition(" s after the process started: ")
+        if not phases or FIRST_STEP_PREFIX not in head:
+            continue
+        out = {"total": float(head.rpartition(" ")[2])}
+        for part in phases.split(", "):
+            name, _, value = part.rpartition(" ")
+            out[name] = float(value)
+        return out
+    return {}
 
 
 def progress(job: Job) -> dict[str, Any]:
@@ -193,6 +218,78 @@ def watch(cluster: RealCluster, out: Path) -> subprocess.Popen[bytes]:
     )
 
 
+class PodStream:
+    """The job's pods as one `kubectl get pods -w` keeps them, by uid (the next gang's pods
+    have the old ones' names). One process for the whole run: polling ran a kubectl (about
+    0.08 CPU-s) every 50 ms on the two CPUs the new gang starts on."""
+
+    def __init__(self, cluster: RealCluster, job_name: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(cluster.dir / "bin" / "kubectl"), "get", "pods", "-n", JOBS_NS,
+             f"-l{JOB_NAME_LABEL}={job_name}", "-w", "-o", "json", "--output-watch-events"],
+            env=cluster.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )  # fmt: skip
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        buf = ""
+        for line in self.proc.stdout:  # an event per line (or pretty: over several)
+            buf += line
+            if not line.rstrip().endswith("}"):
+                continue
+            try:
+                event = json.loads(buf)
+            except ValueError:  # an inner object's end
+                continue
+            buf = ""
+            pod = event.get("object") or {}
+            uid = pod.get("metadata", {}).get("uid", "")
+            with self._lock:
+                if event.get("type") == "DELETED":
+                    self._pods.pop(uid, None)
+                else:
+                    self._pods[uid] = pod
+
+    def pods(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._pods.values())
+
+    def wait_for(self, count: int, timeout: float = 60) -> None:
+        """Until the stream holds `count` pods: its first list has arrived."""
+        deadline = time.time() + timeout
+        while len(self.pods()) < count:
+            if time.time() > deadline:
+                raise SystemExit(f"kubectl get pods -w: not {count} pods in {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def cpu_seconds(self) -> float:
+        """The stream's own CPU so far (its kubectl process)."""
+        return process_cpu(self.proc.pid)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def process_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def own_cpu() -> float:
+    me = os.times()
+    return me.user + me.system
+
+
 @dataclass
 class NewGang:
     """When the next gang was seen Running, and when its rank 0 first trained a step past
@@ -206,9 +303,12 @@ class NewGang:
     step_time: float | None = None  # that progress record's own "time"
     rank0: tuple[int, int] | None = None  # the new rank 0's host pid and MASTER_PORT
 
-    def poll_rank0(self, job: Job, now: float) -> None:
+    def poll_rank0(self, job: Job, pods: list[dict[str, Any]], now: float) -> None:
         if self.rank0 is None and "running" in self.seen:
-            self.rank0 = rank0_process(job.cluster, f"{job.name}-worker-0")
+            self.rank0 = rank0_process(job.cluster, self.pod(pods, f"{job.name}-worker-0"))
+            started = process_started(self.rank0[0]) if self.rank0 else None
+            if started is not None:  # read now: a short job's process is gone at its end
+                self.seen["started"] = started
         if self.rank0 is not None and "listening" not in self.seen and listening(*self.rank0):
             self.seen["listening"] = now
 
@@ -216,14 +316,17 @@ class NewGang:
     def running_at(self) -> float | None:
         return self.seen.get("running")
 
-    def poll(self, job: Job, prog: dict[str, Any]) -> None:
+    def pod(self, pods: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+        mine = [p for p in new_gang_pods(pods, self.attempt) if p["metadata"]["name"] == name]
+        return mine[0] if mine else None
+
+    def poll(self, job: Job, pods: list[dict[str, Any]], prog: dict[str, Any]) -> None:
         now = time.time()
         if "running" not in self.seen:
-            pods = job.pods()
             stages = gang_stage(new_gang_pods(pods, self.attempt))
             for stage in stages | old_gang_stage(pods, self.attempt):
                 self.seen.setdefault(stage, now)
-        self.poll_rank0(job, now)
+        self.poll_rank0(job, pods, now)
         if prog.get("resumed_from") is None or prog.get("state") != "running":
             return
         done = global_step(prog.get("epoch", 1), prog.get("step", 0))
@@ -235,7 +338,7 @@ class NewGang:
 
 
 def reclaim_watching(
-    cluster: RealCluster, nodes: Nodes, job: Job, index: int, grace: int
+    cluster: RealCluster, nodes: Nodes, job: Job, index: int, grace: int, stream: PodStream
 ) -> tuple[dict[str, float], dict[str, Any], NewGang]:
     """Reclaim node `index` while reading rank 0's progress file: its last write before the
     new gang starts (state "stopped", at the last step the old gang trained) is what the
@@ -260,7 +363,7 @@ def reclaim_watching(
             elif prog:
                 last = prog
                 old_gang_read = prog.get("state") == "stopped"
-        gang.poll(job, prog)
+        gang.poll(job, stream.pods(), prog)
         time.sleep(0.05)
     out, _ = proc.communicate(timeout=600)
     if proc.returncode != 0:
@@ -275,19 +378,27 @@ def one_run(cluster: RealCluster, nodes: Nodes, name: str, grace: int) -> Measur
     job.wait("Running", lambda st: st.get("phase") == "Running", 300)
     job.wait_training(epoch=2, steps=(1, 4))
     victim = victim_node(cluster, job)
-    times, stopped, gang = reclaim_watching(cluster, nodes, job, index_of(victim), grace)
+    stream = PodStream(cluster, name)
+    stream.wait_for(2)  # the gang's two workers: what the reclaim is measured against
+    cpu0 = own_cpu() + stream.cpu_seconds()
+    times, stopped, gang = reclaim_watching(cluster, nodes, job, index_of(victim), grace, stream)
     t0 = times["notice"]
     trained = global_step(stopped.get("epoch", 1), stopped.get("step", 0))
     deadline = time.time() + 600
     while gang.step_at is None and time.time() < deadline:
-        gang.poll(job, progress(job))
+        gang.poll(job, stream.pods(), progress(job))
         time.sleep(0.05)
+    observer_cpu = own_cpu() + stream.cpu_seconds() - cpu0
+    stream.close()
     log = cluster.kubectl("logs", "--timestamps", "-n", JOBS_NS, f"{name}-worker-0", check=False)
+    log1 = cluster.kubectl("logs", "--timestamps", "-n", JOBS_NS, f"{name}-worker-1", check=False)
+    for rank, text in enumerate((log, log1)):  # the new gang's: each worker's start, line by line
+        (TRANSCRIPTS / f"{name}-worker-{rank}.log").write_text(text)
+    startup = [startup_phases(log), startup_phases(log1)]
     resume = resumed_at(log)
     if gang.running_at is None or gang.step_at is None or resume is None:
         raise SystemExit(f"{name}: the new gang did not train within 600 s: {job.status()}")
-    started = process_started(gang.rank0[0]) if gang.rank0 else None
-    marks = {**gang.seen, **log_times(log), "started": started, "first_step": gang.step_time}
+    marks = {**gang.seen, **log_times(log), "first_step": gang.step_time}
     marks |= {f"node_{k}": times.get(k) for k in ("stopped", "marked", "gone")}
     marks["stopped"] = stopped.get("time") if stopped.get("state") == "stopped" else None
     job.finish()
@@ -303,7 +414,14 @@ def one_run(cluster: RealCluster, nodes: Nodes, name: str, grace: int) -> Measur
     nodes.up(index_of(victim))
     breakdown = {k: (marks[k] - t0 if marks.get(k) else None) for k in MILESTONES}
     return Measured(
-        gang.running_at - t0, gang.step_at - t0, lost, lost * step_seconds, resume, breakdown
+        gang.running_at - t0,
+        gang.step_at - t0,
+        lost,
+        lost * step_seconds,
+        resume,
+        breakdown,
+        startup,
+        observer_cpu,
     )
 
 
@@ -347,6 +465,28 @@ def breakdown_table(results: list[Measured]) -> str:
     return "\n".join(lines)
 
 
+def startup_table(results: list[Measured]) -> str:
+    """Each new rank's own start (its log line), median and range over the runs, with the
+    bench's own CPU in the same window: on this machine it shares the CPUs."""
+    ranks = max((len(r.startup) for r in results), default=0)
+    head = "| phase (s) | " + " | ".join(f"rank {i}: median (min-max)" for i in range(ranks))
+    lines = [head + " |", "|---|" + "---:|" * ranks]
+    for key in [*PHASES.values(), "total"]:
+        cells = []
+        for i in range(ranks):
+            xs = [r.startup[i][key] for r in results if key in r.startup[i]]
+            cells.append(
+                f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})" if xs else "-"
+            )
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    cpu = [r.observer_cpu_s for r in results]
+    lines.append(
+        f"\nthis bench's own CPU from the notice to the first step: {min(cpu):.2f}-"
+        f"{max(cpu):.2f} s (median {statistics.median(cpu):.2f})"
+    )
+    return "\n".join(lines)
+
+
 def process_started(pid: int) -> float | None:
     """When host process `pid` started, as epoch seconds (its start in clock ticks after
     boot, against the uptime now: 10 ms steps, where /proc/stat's btime has whole seconds)."""
@@ -360,10 +500,11 @@ def process_started(pid: int) -> float | None:
     return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def rank0_process(cluster: RealCluster, pod_name: str) -> tuple[int, int] | None:
-    """The host pid of pod `pod_name`'s main process, read from its node's containerd
-    (nodes are namespaces on this host), and the pod's MASTER_PORT."""
-    pod = cluster.get("pod", pod_name, JOBS_NS)
+def rank0_process(cluster: RealCluster, pod: dict[str, Any] | None) -> tuple[int, int] | None:
+    """The host pid of `pod`'s main process, read from its node's containerd (nodes are
+    namespaces on this host), and the pod's MASTER_PORT."""
+    if pod is None:
+        return None
     statuses = pod["status"].get("containerStatuses") or [{}]
     cid = statuses[0].get("containerID", "").partition("://")[2]
     env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
@@ -434,6 +575,8 @@ def main() -> None:
     print(table(results))
     print()
     print(breakdown_table(results))
+    print()
+    print(startup_table(results))
     med = statistics.median
     print(
         f"e2e-preemption: runs={len(results)} grace_s={args.grace} "

@@ -118,10 +118,10 @@ def wait_for_store(host: str, port: int, timeout: float) -> str | None:
 
     The name of a new worker 0 may still resolve to the pod it replaced for a few seconds
     (the cluster's DNS caches the answer, the endpoints catch up): connections there get no
-    answer at all, and torch's client, resolving the name again, waited 3 s, once 135 s (the
-    kernel's whole SYN retry schedule), on real nodes. So every address is tried at once, and
-    the rank joins at the one that answered. On None the caller joins at `host` anyway, and
-    torch says what is wrong."""
+    answer at all (a gang's rendezvous waited 3 s, once 135 s, on real nodes), and torch's
+    client resolves the name again. So every address is tried at once, and the rank joins at
+    the one that answered. On None the caller joins at `host` anyway, and torch says what is
+    wrong."""
     deadline = time.monotonic() + timeout
     while True:
         found = answering_address(host, port, STORE_PROBE_SECONDS)
