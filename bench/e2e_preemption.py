@@ -373,8 +373,10 @@ def reclaim_watching(
     return times, last, gang
 
 
-def one_run(cluster: RealCluster, nodes: Nodes, name: str, grace: int) -> Measured:
-    job = Job(cluster, digits_job(name, "pytorch", 6)).apply()
+def one_run(
+    cluster: RealCluster, nodes: Nodes, name: str, grace: int, framework: str = "pytorch"
+) -> Measured:
+    job = Job(cluster, digits_job(name, framework, 6)).apply()
     job.wait("Running", lambda st: st.get("phase") == "Running", 300)
     job.wait_training(epoch=2, steps=(1, 4))
     victim = victim_node(cluster, job)
@@ -545,6 +547,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--grace", type=int, default=15, help="graceful shutdown seconds")
+    ap.add_argument(
+        "--framework",
+        choices=("pytorch", "tensorflow"),
+        default="pytorch",
+        help="the job's framework (tensorflow: no rendezvous store, so no 'listening' row)",
+    )
     args = ap.parse_args()
     if not 1 <= args.runs <= 20 or not 0 <= args.grace <= 120:
         ap.error("--runs 1..20, --grace 0..120")
@@ -559,7 +567,7 @@ def main() -> None:
         TRANSCRIPTS.mkdir(parents=True, exist_ok=True)
         watcher = watch(cluster, TRANSCRIPTS / "get-ganjob-w.txt")
         for i in range(args.runs):
-            m = one_run(cluster, nodes, f"bench-reclaim-{i}", args.grace)
+            m = one_run(cluster, nodes, f"bench-reclaim-{i}", args.grace, args.framework)
             results.append(m)
             print(
                 f"run {i + 1}: running {m.running_s:.1f}s, first step {m.step_s:.1f}s, "
@@ -579,7 +587,7 @@ def main() -> None:
     print(startup_table(results))
     med = statistics.median
     print(
-        f"e2e-preemption: runs={len(results)} grace_s={args.grace} "
+        f"e2e-preemption: framework={args.framework} runs={len(results)} grace_s={args.grace} "
         f"running_p50_s={med(r.running_s for r in results):.1f} "
         f"first_step_p50_s={med(r.step_s for r in results):.1f} "
         f"lost_steps_max={max(r.lost_steps for r in results)} "
