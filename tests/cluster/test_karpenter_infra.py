@@ -130,7 +130,11 @@ def test_an_aks_pool_takes_the_shape_that_fits_and_stops_at_its_limit(
     cluster.apply(gpu_pod(ns, "big-0", AKS_POOL, gpus=4, cloud="aks"))
 
     def phase(name: str) -> str:
-        return str(cluster.get("pod", name, ns)["status"].get("phase", ""))
+        pod = cluster.get("pod", name, ns)
+        if pod is None:  # seen once (a fresh-clone run): say who deleted it, not a TypeError
+            said = cluster.kubectl("get", "events", "-n", ns, "-o", "wide", check=False)
+            raise AssertionError(f"pod {ns}/{name} was deleted; events in {ns}:\n{said.stdout}")
+        return str(pod["status"].get("phase", ""))
 
     wait_for("the 4-GPU pod Running", lambda: phase("big-0") == "Running", timeout=90)
     (node,) = karpenter.nodes(AKS_POOL)
