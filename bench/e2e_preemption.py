@@ -58,8 +58,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kubegan_api.contract import ATTEMPT_LABEL, ENV_MASTER_PORT, JOB_NAME_LABEL  # noqa: E402
-from kubegan_trainer.worker.startup import FIRST_STEP_PREFIX, PHASES  # noqa: E402
+from kubegan_trainer.worker.startup import (  # noqa: E402
+    AFTER_START,
+    FIRST_STEP_PREFIX,
+    PHASES,
+    process_started_at,
+)
 
+from bench.operator_scale import cpu_seconds  # noqa: E402
 from tests.e2e.jobs import Job, Nodes, index_of, resumed_at, victim_node  # noqa: E402
 from tests.support.real_nodes import (  # noqa: E402
     HACK,
@@ -130,7 +136,7 @@ def startup_phases(log: str) -> dict[str, float]:
     """A worker's "first step N s after the process started: <phase> <s>, ..." line (the
     trainer's worker/startup.py) as {phase: seconds, "total": N}; {} without one."""
     for line in log.splitlines():
-        head, _, phases = line.partition(" s after the process started: ")
+        head, _, phases = line.partition(AFTER_START)
         if not phases or FIRST_STEP_PREFIX not in head:
             continue
         out = {"total": float(head.rpartition(" ")[2])}
@@ -270,19 +276,11 @@ class PodStream:
 
     def cpu_seconds(self) -> float:
         """The stream's own CPU so far (its kubectl process)."""
-        return process_cpu(self.proc.pid)
+        return cpu_seconds(self.proc.pid)
 
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
-
-
-def process_cpu(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def own_cpu() -> float:
@@ -306,7 +304,7 @@ class NewGang:
     def poll_rank0(self, job: Job, pods: list[dict[str, Any]], now: float) -> None:
         if self.rank0 is None and "running" in self.seen:
             self.rank0 = rank0_process(job.cluster, self.pod(pods, f"{job.name}-worker-0"))
-            started = process_started(self.rank0[0]) if self.rank0 else None
+            started = process_started_at(self.rank0[0]) if self.rank0 else None
             if started is not None:  # read now: a short job's process is gone at its end
                 self.seen["started"] = started
         if self.rank0 is not None and "listening" not in self.seen and listening(*self.rank0):
@@ -392,11 +390,14 @@ def one_run(
         time.sleep(0.05)
     observer_cpu = own_cpu() + stream.cpu_seconds() - cpu0
     stream.close()
-    log = cluster.kubectl("logs", "--timestamps", "-n", JOBS_NS, f"{name}-worker-0", check=False)
-    log1 = cluster.kubectl("logs", "--timestamps", "-n", JOBS_NS, f"{name}-worker-1", check=False)
-    for rank, text in enumerate((log, log1)):  # the new gang's: each worker's start, line by line
+    logs = [  # the new gang's: each worker's start, line by line
+        cluster.kubectl("logs", "--timestamps", "-n", JOBS_NS, f"{name}-worker-{r}", check=False)
+        for r in range(2)
+    ]
+    for rank, text in enumerate(logs):
         (TRANSCRIPTS / f"{name}-worker-{rank}.log").write_text(text)
-    startup = [startup_phases(log), startup_phases(log1)]
+    startup = [startup_phases(text) for text in logs]
+    log = logs[0]
     resume = resumed_at(log)
     if gang.running_at is None or gang.step_at is None or resume is None:
         raise SystemExit(f"{name}: the new gang did not train within 600 s: {job.status()}")
@@ -487,19 +488,6 @@ def startup_table(results: list[Measured]) -> str:
         f"{max(cpu):.2f} s (median {statistics.median(cpu):.2f})"
     )
     return "\n".join(lines)
-
-
-def process_started(pid: int) -> float | None:
-    """When host process `pid` started, as epoch seconds (its start in clock ticks after
-    boot, against the uptime now: 10 ms steps, where /proc/stat's btime has whole seconds)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError):
-        return None
-    fields = stat.rpartition(")")[2].split()  # the name in parentheses may hold spaces
-    ticks = int(fields[19])  # field 22 of proc(5), counted after the name
-    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def rank0_process(cluster: RealCluster, pod: dict[str, Any] | None) -> tuple[int, int] | None:

@@ -28,12 +28,14 @@ PHASES = {
     "step": "first step",
 }
 FIRST_STEP_PREFIX = "first step"
+AFTER_START = " s after the process started: "  # between the total and the phases
 
 
-def process_started_at() -> float | None:
-    """This process's start as epoch seconds (Linux: /proc, 10 ms steps); None elsewhere."""
+def process_started_at(pid: int | str = "self") -> float | None:
+    """Process `pid`'s start as epoch seconds (Linux: /proc, 10 ms steps); None elsewhere
+    or when it is gone."""
     try:
-        stat = Path("/proc/self/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         ticks = int(stat.rpartition(")")[2].split()[19])  # field 22 of proc(5)
     except (OSError, ValueError, IndexError):
@@ -48,7 +50,7 @@ def describe(started: float, marks: list[tuple[str, float]]) -> str:
         parts.append(f"{PHASES.get(phase, phase)} {max(0.0, at - before):.2f}")
         before = max(before, at)
     total = max(0.0, (marks[-1][1] if marks else started) - started)
-    return f"{FIRST_STEP_PREFIX} {total:.2f} s after the process started: " + ", ".join(parts)
+    return f"{FIRST_STEP_PREFIX} {total:.2f}{AFTER_START}" + ", ".join(parts)
 
 
 @dataclass
